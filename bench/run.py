@@ -1,0 +1,8 @@
+"""Benchmark grid: python bench/run.py [--quick] [--json FILE] (see --help)."""
+import argparse
+
+from fastmath import _bench
+
+p = argparse.ArgumentParser(description=__doc__)
+_bench.add_arguments(p)
+raise SystemExit(_bench.main(p.parse_args()))

@@ -1,0 +1,61 @@
+"""fastmath: NumPy and SciPy math, faster, with the same results.
+
+``import fastmath as np`` gives the whole NumPy namespace; the accelerated functions
+(exp, log, log1p, expm1, erf, logsumexp, ...) are fastmath's, every other name is NumPy's
+own object. Which backend runs a call is chosen by FASTMATH_BACKEND, :func:`set_backend`
+or :class:`backend`; the default, ``auto``, picks per call.
+
+Importing fastmath imports NumPy and nothing heavier: torch, numexpr, SciPy and Dask are
+imported the first time they are needed.
+"""
+from __future__ import annotations
+
+import numpy as _np
+
+from . import _registry
+from ._reductions import logsumexp
+from ._selection import (FallbackError, available_backends, backend, get_backend,
+                         set_backend)
+from ._ufunc import Ufunc
+
+__version__ = "0.1.0"
+
+for _spec in _registry.ROWS:
+    if _spec.kind == "unary":
+        globals()[_spec.name] = Ufunc(_spec)
+del _spec
+
+# fastmath's own names; everything else resolves to numpy.
+_OWN = ("set_backend", "get_backend", "backend", "available_backends", "info",
+        "FallbackError", "special", "Ufunc", "__version__")
+_SUBMODULES = ("special",)
+
+
+def info() -> dict:
+    """What fastmath sees here: versions, backends (available or why not), threads, selection.
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> sorted(fastmath.info())[:3]
+    ['backends', 'config', 'fastmath']
+    """
+    from ._info import collect
+
+    return collect()
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    try:
+        return getattr(_np, name)
+    except AttributeError:
+        raise AttributeError(f"module 'fastmath' has no attribute {name!r} "
+                             "(nor has numpy)") from None
+
+
+def __dir__():
+    return sorted(set(globals()) | set(dir(_np)) | set(_SUBMODULES))

@@ -1,0 +1,108 @@
+"""The one place that reads ``FASTMATH_*`` environment variables.
+
+Every variable is parsed here, once, at import (and again by :func:`reload`, which tests
+use). A bad value never crashes an import: it warns once, says how to fix it, and the
+default is used instead.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+
+BACKEND_NAMES = ("auto", "numpy", "numexpr", "torch-cpu", "torch-cuda")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def default_threads() -> int:
+    """The cores this process may run on (its CPU affinity), not the machine's total."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Config:
+    backend: str = "auto"
+    num_threads: int = field(default_factory=default_threads)
+    strict: bool = False
+    calibration: str | None = None
+    log: str | None = None
+    # variable name -> the raw value it was read from, for ``fastmath info``
+    sources: dict = field(default_factory=dict)
+
+
+class ConfigWarning(UserWarning):
+    """A FASTMATH_* variable had a value fastmath could not use."""
+
+
+def _warn(var: str, value: str, problem: str, fix: str) -> None:
+    warnings.warn(f"{var}={value!r} {problem}; {fix}", ConfigWarning, stacklevel=3)
+
+
+def read(environ=None) -> Config:
+    env = os.environ if environ is None else environ
+    kw: dict = {}
+    sources = {k: v for k, v in env.items() if k.startswith("FASTMATH_")}
+
+    raw = env.get("FASTMATH_BACKEND")
+    if raw is not None:
+        name = raw.strip().lower()
+        if name in BACKEND_NAMES:
+            kw["backend"] = name
+        else:
+            _warn("FASTMATH_BACKEND", raw, "is not a backend",
+                  f"using 'auto'. Valid choices: {', '.join(BACKEND_NAMES)}")
+
+    raw = env.get("FASTMATH_NUM_THREADS")
+    if raw is not None:
+        try:
+            n = int(raw)
+            if n < 1:
+                raise ValueError
+            kw["num_threads"] = n
+        except ValueError:
+            _warn("FASTMATH_NUM_THREADS", raw, "is not a positive integer",
+                  f"using {default_threads()} (the cores this process may use)")
+
+    raw = env.get("FASTMATH_STRICT")
+    if raw is not None:
+        v = raw.strip().lower()
+        if v in _TRUE:
+            kw["strict"] = True
+        elif v not in _FALSE:
+            _warn("FASTMATH_STRICT", raw, "is not a boolean", "use 1 or 0; strict mode stays off")
+
+    raw = env.get("FASTMATH_CALIBRATION")
+    if raw:
+        kw["calibration"] = os.path.expanduser(raw)
+
+    raw = env.get("FASTMATH_LOG")
+    if raw:
+        kw["log"] = raw.strip().lower()
+
+    return Config(sources=sources, **kw)
+
+
+_current = read()
+_reload_hooks: list = []
+
+
+def get() -> Config:
+    return _current
+
+
+def on_reload(hook) -> None:
+    """Register a callable run after :func:`reload` (modules caching config values use it)."""
+    _reload_hooks.append(hook)
+
+
+def reload(environ=None) -> Config:
+    """Re-read the environment (for tests and long-running programs)."""
+    global _current
+    _current = read(environ)
+    for hook in _reload_hooks:
+        hook()
+    return _current

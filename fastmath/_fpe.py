@@ -1,0 +1,104 @@
+"""NumPy's floating-point error state, honoured for work NumPy did not do in this thread.
+
+NumPy reports FPU flags after each ufunc loop according to ``np.errstate``. When fastmath
+runs a loop in a worker thread, or on a backend that has no FPU flags at all (torch), the
+flags are gathered or derived there and reported here, in the caller's thread, exactly as
+NumPy's own handler would: same categories in the same order, same messages, same modes
+(ignore, warn, raise, call, print, log).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+
+DIVIDE, OVER, UNDER, INVALID = 1, 2, 4, 8
+_CATEGORIES = (
+    ("divide", DIVIDE, "divide by zero"),
+    ("over", OVER, "overflow"),
+    ("under", UNDER, "underflow"),
+    ("invalid", INVALID, "invalid value"),
+)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class Recorder:
+    """An ``np.errstate(call=...)`` callback that only collects the flags raised."""
+
+    __slots__ = ("flags",)
+
+    def __init__(self):
+        self.flags = 0
+
+    def __call__(self, _kind, flags):
+        self.flags |= flags
+
+
+def recorded(fn, *args, **kwargs) -> int:
+    """Run ``fn`` with every FP error recorded instead of acted on; return the flags."""
+    rec = Recorder()
+    with np.errstate(all="call", call=rec):
+        fn(*args, **kwargs)
+    return rec.flags
+
+
+def user_stacklevel() -> int:
+    """stacklevel for warnings.warn that points at the first frame outside fastmath."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def report(name: str, flags: int) -> None:
+    """Act on ``flags`` raised while computing ufunc ``name`` as NumPy's handler would."""
+    if not flags:
+        return
+    modes = np.geterr()
+    for key, bit, text in _CATEGORIES:
+        if not flags & bit:
+            continue
+        mode = modes[key]
+        if mode == "ignore":
+            continue
+        msg = f"{text} encountered in {name}"
+        if mode == "warn":
+            warnings.warn(msg, RuntimeWarning, stacklevel=user_stacklevel())
+        elif mode == "raise":
+            raise FloatingPointError(msg)
+        elif mode == "call":
+            np.geterrcall()(text, flags)
+        elif mode == "print":
+            sys.stderr.write(f"Warning: {msg}\n")
+        elif mode == "log":
+            np.geterrcall().write(f"Warning: {msg}\n")
+
+
+def watched(under: bool = True) -> bool:
+    """Whether any category a ufunc can raise is not 'ignore' right now."""
+    modes = np.geterr()
+    return (modes["divide"] != "ignore" or modes["over"] != "ignore"
+            or modes["invalid"] != "ignore" or (under and modes["under"] != "ignore"))
+
+
+def derive(ref, x, out) -> int:
+    """Flags NumPy would raise computing ``ref(x)`` when ``out`` came from a flagless backend.
+
+    Divide-by-zero, overflow and invalid only ever produce inf or nan, and underflow only
+    results below the smallest normal number, so NumPy is re-run on just those elements
+    (usually none) to get its exact flags.
+    """
+    modes = np.geterr()
+    under = modes["under"] != "ignore"
+    if not watched(under):
+        return 0
+    suspect = ~np.isfinite(out)
+    if under:
+        suspect |= np.abs(out) < np.finfo(out.dtype).tiny
+    if not suspect.any():
+        return 0
+    return recorded(ref, np.broadcast_to(x, out.shape)[suspect])

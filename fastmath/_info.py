@@ -1,0 +1,51 @@
+"""``fastmath.info()`` and ``python -m fastmath info``: what fastmath sees on this machine."""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+
+from . import _config, _selection, backends
+
+
+def _version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def collect() -> dict:
+    import fastmath
+
+    cfg = _config.get()
+    sel = _selection.current()
+    source = ("scoped by fastmath.backend()" if _selection._scoped.get() is not None
+              else "FASTMATH_BACKEND" if "FASTMATH_BACKEND" in cfg.sources
+              and cfg.backend == _selection.state.default else
+              "set_backend()" if _selection.state.default != "auto" else "default")
+    return {
+        "fastmath": fastmath.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "versions": {d: _version(d) for d in ("numpy", "scipy", "torch", "numexpr", "dask")},
+        "backends": {n: backends.why_unavailable(n) or "available" for n in backends.NAMES},
+        "threads": cfg.num_threads,
+        "selection": {"backend": sel, "source": source},
+        "config": {"strict": cfg.strict, "calibration": cfg.calibration,
+                   "environment": dict(cfg.sources)},
+    }
+
+
+def render(d: dict) -> str:
+    lines = [f"fastmath {d['fastmath']}  (python {d['python']}, {d['platform']})", "",
+             "versions:"]
+    lines += [f"  {k:<9} {v or 'not installed'}" for k, v in d["versions"].items()]
+    lines += ["", "backends:"]
+    lines += [f"  {k:<11} {v}" for k, v in d["backends"].items()]
+    lines += ["", f"threads:   {d['threads']}",
+              f"selection: {d['selection']['backend']} ({d['selection']['source']})",
+              f"strict:    {d['config']['strict']}"]
+    env = d["config"]["environment"]
+    lines.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
+    return "\n".join(lines)

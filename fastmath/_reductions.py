@@ -1,0 +1,128 @@
+"""Reduction front ends with SciPy's semantics: logsumexp.
+
+The front end resolves dtypes, axes and weights as scipy.special.logsumexp does; a backend
+computes only SciPy's (M, m, s) decomposition over the reduced axes (see
+backends/numpy.py), which is small; the front end finishes it with SciPy's own formula,
+including its treatment of infinite and NaN results, signs, keepdims and scalars.
+Whatever is outside that (complex, float16, longdouble, objects, empty input, invalid
+arguments) is SciPy's to answer.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _selection
+from ._registry import BY_NAME
+
+_SPEC = BY_NAME["logsumexp"]
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_ARRAYS = (np.ndarray, list, tuple, float, int)
+_ref = None
+
+
+def _reference():
+    global _ref
+    if _ref is None:
+        _ref = _SPEC.reference()
+    return _ref
+
+
+try:
+    from numpy.lib.array_utils import normalize_axis_tuple
+except ImportError:  # numpy < 2
+    from numpy.core.numeric import normalize_axis_tuple
+
+
+def _normalize_axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(sorted(normalize_axis_tuple(axis, ndim)))
+
+
+def _finish(part, a, b, axes, return_sign):
+    M, m, s = part
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        s = np.where(s == 0, s, s / m)
+        sgn = np.sign(s + 1) * np.sign(m)
+        s = np.where(s < -1, -s - 2, s)
+        out = np.log1p(s) + np.log(np.abs(m)) + M
+        if not return_sign:
+            out[sgn < 0] = np.nan
+        bad = ~np.isfinite(out)
+        if bad.any():
+            # SciPy's rule: where the result is not finite, log(sum(b * exp(a))) decides.
+            total = np.sum(np.exp(a) if b is None else b * np.exp(a), axis=axes, keepdims=True)
+            if return_sign:
+                sgn = np.where(bad, np.sign(total), sgn)
+                total = np.abs(total)
+            out = np.where(bad, np.log(total), out)
+    return out, sgn
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """Compute the log of the sum of exponentials of input elements.
+
+    Same signature, dtypes and results as :func:`scipy.special.logsumexp` (within the
+    bound documented for each backend), computed by the backend fastmath selects.
+
+    Examples
+    --------
+    >>> import numpy as np, fastmath
+    >>> float(fastmath.logsumexp(np.array([0.0, 0.0])))  # log(2)
+    0.6931471805599453
+    >>> fastmath.logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -1.0]), return_sign=True)
+    (np.float64(1.5413248546129181), np.float64(-1.0))
+    """
+    ref = _reference()
+
+    def reference():
+        return ref(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
+
+    if type(a) not in _ARRAYS or (b is not None and type(b) not in _ARRAYS):
+        return reference()
+    try:
+        xa = np.asarray(a)
+        xb = None if b is None else np.asarray(b)
+    except Exception:
+        return reference()
+    dtype = np.result_type(xa.dtype) if xb is None else np.result_type(xa.dtype, xb.dtype)
+    if dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    if (dtype not in _FLOATS or xa.size == 0 or not isinstance(keepdims, bool)
+            or np.geterr()["under"] != "ignore"):  # SciPy does not silence underflow
+        return reference()
+    if xb is not None and xb.dtype.kind not in "biuf":
+        return reference()
+    chain = _selection.plan(_SPEC, dtype.name, xa.size)
+    if not chain:
+        return reference()
+    xa = np.atleast_1d(xa).astype(dtype, copy=False)
+    if xb is not None:
+        try:
+            xa, xb = np.broadcast_arrays(xa, np.atleast_1d(xb).astype(dtype, copy=False))
+        except ValueError:
+            return reference()
+    try:
+        axes = _normalize_axes(axis, xa.ndim)
+    except (TypeError, ValueError, np.exceptions.AxisError):
+        return reference()
+    if len(set(axes)) != len(axes):
+        return reference()
+
+    explicit = _selection.current()
+    for name, kernel in chain:
+        if name != explicit and explicit != "auto" and _selection.strict():
+            raise _selection.FallbackError(
+                f"backend {explicit!r} cannot run logsumexp on this {dtype} input, and "
+                f"FASTMATH_STRICT=1 forbids falling back to {name}")
+        part = kernel(xa, axes, xb)
+        if part is not NotImplemented:
+            break
+    out, sgn = _finish(part, xa, xb, axes, return_sign)
+    if not keepdims:
+        out = np.squeeze(out, axis=axes)
+        sgn = np.squeeze(sgn, axis=axes)
+    out = out[()] if out.ndim == 0 else out
+    if return_sign:
+        return out, (sgn[()] if sgn.ndim == 0 else sgn)
+    return out

@@ -1,0 +1,209 @@
+"""Which backend runs a call: the process default, scoped overrides, and ``auto``.
+
+The process default comes from FASTMATH_BACKEND or :func:`set_backend`; :class:`backend`
+overrides it in a ``ContextVar``, so each thread and each asyncio task sees only its own
+scope. Each (selection, function) pair is resolved to kernels once and cached, so the hot
+path is a context-variable read and a dict lookup.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import warnings
+
+from . import _calibration, _config, backends
+from ._config import BACKEND_NAMES
+
+_scoped: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend", default=None)
+
+
+class _State:
+    """The process-wide default, in an object so hot paths can hold it without a lookup."""
+
+    default = _config.get().backend
+
+
+state = _State()
+_plans: dict = {}
+_warned: set = set()
+
+
+class FallbackError(RuntimeError):
+    """Raised under FASTMATH_STRICT=1 when the chosen backend cannot run a call."""
+
+
+def current() -> str:
+    name = _scoped.get()
+    return state.default if name is None else name
+
+
+def _check(name) -> str:
+    if not isinstance(name, str) or name not in BACKEND_NAMES:
+        raise ValueError(f"unknown backend {name!r}; valid choices: {', '.join(BACKEND_NAMES)}")
+    if name != "auto":
+        why = backends.why_unavailable(name)
+        if why is not None:
+            raise ValueError(f"backend {name!r} is unavailable: {why}. "
+                             f"Available here: {', '.join(available_backends())}")
+    return name
+
+
+def set_backend(name: str) -> None:
+    """Set the process-wide default backend (``"auto"``, ``"numpy"``, ``"torch-cpu"``, ...).
+
+    Raises ValueError naming the valid choices for an unknown name, and saying why for
+    a backend that cannot run on this machine.
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> fastmath.set_backend("numpy")
+    >>> fastmath.get_backend()
+    'numpy'
+    >>> fastmath.set_backend("auto")
+    """
+    state.default = _check(name)
+
+
+def get_backend() -> str:
+    """The backend in force here: the innermost ``backend()`` scope, else the default.
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> with fastmath.backend("numpy"):
+    ...     fastmath.get_backend()
+    'numpy'
+    """
+    return current()
+
+
+def available_backends() -> list:
+    """Names of the backends that can run here, ``"auto"`` first.
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> fastmath.available_backends()[:2]
+    ['auto', 'numpy']
+    """
+    return ["auto"] + [n for n in backends.NAMES if backends.why_unavailable(n) is None]
+
+
+class backend:
+    """Use a backend within a ``with`` block, or for every call of a decorated function.
+
+    The choice is scoped to the current thread and asyncio task and restored on exit,
+    exception or not. The name is checked at once: an unknown or unavailable backend
+    raises ValueError before anything runs.
+
+    Examples
+    --------
+    >>> import fastmath, numpy
+    >>> with fastmath.backend("numpy"):
+    ...     float(fastmath.exp(numpy.float64(0.0)))
+    1.0
+    """
+
+    def __init__(self, name: str):
+        self.name = _check(name)
+        self._tokens: list = []
+
+    def __enter__(self):
+        self._tokens.append(_scoped.set(self.name))
+        return self
+
+    def __exit__(self, *exc):
+        _scoped.reset(self._tokens.pop())
+        return False
+
+    def __call__(self, fn):
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                with backend(self.name):
+                    return (yield from fn(*args, **kwargs))
+            return gen_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with backend(self.name):
+                return fn(*args, **kwargs)
+        return wrapper
+
+    def __repr__(self):
+        return f"fastmath.backend({self.name!r})"
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def _kernel(name, spec):
+    b = backends.get(name)
+    return None if b.why_unavailable() is not None else b.kernel(spec)
+
+
+def _build(sel, spec, dtype):
+    if sel == "auto":
+        rows = []
+        for min_size, names in _calibration.rows(spec.name, dtype):
+            chain = tuple((n, k) for n in dict.fromkeys(names + ("numpy",))
+                          if (k := _kernel(n, spec)) is not None)
+            rows.append((min_size, chain))
+        return tuple(reversed(rows))
+    chain = []
+    why = backends.why_unavailable(sel)
+    if why is not None:
+        if strict():
+            raise FallbackError(f"backend {sel!r} is unavailable: {why} (FASTMATH_STRICT=1 "
+                                "forbids falling back to numpy)")
+        _warn_once(("unavailable", sel),
+                   f"fastmath: backend {sel!r} is unavailable ({why}); numpy runs instead. "
+                   f"Set FASTMATH_BACKEND to one of: {', '.join(available_backends())}")
+    else:
+        k = _kernel(sel, spec)
+        if k is not None:
+            chain.append((sel, k))
+    if sel != "numpy":
+        chain.append(("numpy", _kernel("numpy", spec)))
+    return tuple(chain)
+
+
+def plan(spec, dtype, size: int):
+    """The (name, kernel) pairs to try in order for this call; empty means "call numpy".
+
+    ``dtype`` is the loop's dtype, as a string.
+    """
+    sel = current()
+    key = (sel, spec.name, dtype)
+    p = _plans.get(key)
+    if p is None:
+        p = _plans[key] = _build(sel, spec, dtype)
+    if sel != "auto":
+        return p
+    for min_size, chain in p:
+        if size >= min_size:
+            return chain
+    return ()
+
+
+def small_size(spec) -> int:
+    """Below this size ``auto`` calls the reference directly, whatever the dtype."""
+    return _calibration.smallest(spec.name)
+
+
+def strict() -> bool:
+    return _config.get().strict
+
+
+def _reload():
+    state.default = _config.get().backend
+    _plans.clear()
+    _warned.clear()
+
+
+_config.on_reload(_reload)

@@ -1,0 +1,192 @@
+"""The ufunc front end: NumPy's semantics for unary functions live here and only here.
+
+A call is handled in this order:
+
+1. ``auto`` with a small plain ndarray and no options: the reference ufunc is called
+   directly (the whole overhead is one attribute check and a context-variable read).
+2. Anything fastmath does not accelerate (subclasses, objects with ``__array_ufunc__``,
+   object/string/longdouble dtypes, casting and ``out=`` corner cases, ``signature=``)
+   is passed unchanged to the reference, so the user gets NumPy's own result or error.
+3. Otherwise the front end does NumPy's work once: converts the input, resolves dtypes
+   with the reference's own type resolution, casts, allocates the output with NumPy
+   (or takes ``out=``), applies ``where=`` by computing only the selected elements, runs
+   the first backend kernel that accepts the call, reports floating-point errors the way
+   NumPy would, and returns a NumPy scalar for scalar input.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _fpe, _selection
+from .backends import HANDLED, UNCHECKED
+
+_ndarray = np.ndarray
+_current = _selection.current
+_scoped_get = _selection._scoped.get
+_state = _selection.state
+_KEYWORDS = frozenset(("where", "casting", "order", "dtype", "subok", "signature"))
+_SCALARS = (float, int, bool, complex, list, tuple)
+_ORDERS = ("K", "A", "C", "F")
+_NUMERIC = "biufc"
+
+
+class Ufunc:
+    """A NumPy-compatible ufunc that runs on the backend fastmath selects.
+
+    Calls take exactly the reference ufunc's arguments; every attribute fastmath does not
+    define (``nin``, ``types``, ``reduce``, ``outer``, ...) is the reference's own.
+    """
+
+    def __init__(self, spec):
+        self._spec = spec
+        self.__name__ = self.__qualname__ = spec.name
+        self._small = _selection.small_size(spec)
+        self._resolved: dict = {}
+        module = spec.ref.partition(":")[0]
+        # NumPy is imported already; SciPy is imported on the first call.
+        self._ref = spec.reference() if module == "numpy" else self._load
+
+    @property
+    def __signature__(self):
+        import inspect
+
+        return inspect.signature(self.reference)
+
+    def _load(self, *args, **kwargs):
+        self._ref = self._spec.reference()
+        return self._ref(*args, **kwargs)
+
+    @property
+    def reference(self):
+        """The NumPy/SciPy ufunc this one mirrors."""
+        if self._ref == self._load:
+            self._ref = self._spec.reference()
+        return self._ref
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_ref", "_spec", "_small", "_resolved"):
+            raise AttributeError(name)
+        return getattr(self.reference, name)
+
+    @property
+    def __doc__(self):
+        return self.reference.__doc__
+
+    def __repr__(self):
+        return f"<fastmath ufunc {self.__name__!r} (accelerated {self._spec.ref.replace(':', '.')})>"
+
+    def __reduce__(self):
+        return (_lookup, (self.__name__,))
+
+    def __call__(self, x, /, out=None, **kwargs):
+        # The hot path: one of the few things that runs on every call. Keyword arguments
+        # are numpy's (see __signature__); they are parsed only off this path.
+        if not kwargs and out is None and type(x) is _ndarray and x.size < self._small:
+            scoped = _scoped_get()
+            if (_state.default if scoped is None else scoped) == "auto":
+                return self._ref(x)
+        return self._call(x, out, kwargs)
+
+    def _resolve(self, in_dtype, dtype):
+        key = (in_dtype, dtype)
+        try:
+            return self._resolved[key]
+        except KeyError:
+            pass
+        kw = {} if dtype is None else {"signature": (None, np.dtype(dtype))}
+        res = self._resolved[key] = self.reference.resolve_dtypes((in_dtype, None), **kw)
+        return res
+
+    def _call(self, x, out, kwargs):
+        ref = self.reference
+
+        def reference():
+            return ref(x, **kwargs) if out is None else ref(x, out, **kwargs)
+
+        if kwargs.keys() - _KEYWORDS:
+            return reference()  # numpy's own TypeError
+        where = kwargs.get("where", True)
+        casting = kwargs.get("casting", "same_kind")
+        order = kwargs.get("order", "K")
+        dtype = kwargs.get("dtype")
+        signature = kwargs.get("signature")
+
+        tx = type(x)
+        if tx is _ndarray:
+            xa = x
+        elif tx in _SCALARS or isinstance(x, np.generic):
+            try:
+                xa = np.asarray(x)
+            except Exception:  # ragged lists and the like: NumPy's own error
+                return reference()
+        else:  # subclasses, __array_ufunc__ overrides, array-likes: NumPy dispatches
+            return reference()
+        o = out
+        if type(o) is tuple:
+            if len(o) != 1:
+                return reference()
+            o = o[0]
+        if (signature is not None or xa.dtype.kind not in _NUMERIC or order not in _ORDERS
+                or (o is not None and (type(o) is not _ndarray or o.shape != xa.shape
+                                       or not o.flags.writeable))):
+            return reference()
+        try:
+            in_dt, out_dt = self._resolve(xa.dtype, dtype)
+        except Exception:
+            return reference()
+        if ((xa.dtype != in_dt and not np.can_cast(xa.dtype, in_dt, casting))
+                or (o is not None and o.dtype != out_dt)):
+            return reference()
+        chain = _selection.plan(self._spec, in_dt.name, xa.size)
+        if not chain or xa.size == 0:
+            return reference()
+        mask = None
+        if where is not True:
+            mask = np.asarray(where)
+            if mask.dtype != bool:
+                return reference()
+            try:
+                mask = np.broadcast_to(mask, xa.shape)
+            except ValueError:
+                return reference()
+
+        xin = xa if xa.dtype == in_dt else xa.astype(in_dt)
+        if o is None:
+            res = np.empty_like(xin, dtype=out_dt, order=order)
+        else:
+            res = o
+            if xin is not o and np.may_share_memory(xin, o):
+                xin = xin.copy()  # a partial overlap: NumPy buffers the same way
+        if mask is None:
+            self._run(chain, xin, res)
+        elif mask.any():
+            part = np.empty(int(np.count_nonzero(mask)), out_dt)
+            self._run(chain, xin[mask], part)
+            res[mask] = part
+        if out is None:
+            return res[()] if res.ndim == 0 else res
+        return o
+
+    def _run(self, chain, xin, res):
+        explicit = _current()
+        for name, kernel in chain:
+            if name != explicit and explicit != "auto" and _selection.strict():
+                raise _selection.FallbackError(
+                    f"backend {explicit!r} cannot run {self.__name__} on this {xin.dtype} "
+                    f"input, and FASTMATH_STRICT=1 forbids falling back to {name}")
+            status = kernel(xin, res)
+            if status is NotImplemented:
+                continue
+            if status is HANDLED:
+                return
+            if status == UNCHECKED:
+                status = _fpe.derive(self.reference, xin, res) if self._spec.fpe else 0
+            _fpe.report(self.__name__, status)
+            return
+        raise AssertionError("the numpy backend ends every chain and never declines")
+
+
+def _lookup(name):
+    import fastmath
+
+    return getattr(fastmath, name)

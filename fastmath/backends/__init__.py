@@ -1,0 +1,67 @@
+"""Backends: where a kernel runs.
+
+Rules every backend keeps:
+
+1. Importing this package imports no numerical library beyond NumPy. A backend imports
+   its library the first time it is asked whether it is available, never before.
+2. A backend may be unavailable. ``why_unavailable()`` returns None when it can run, or a
+   sentence saying why not and how to fix it.
+3. ``kernel(spec)`` returns a callable for a registry row, or None if this backend has no
+   kernel for it. A kernel gets a well-formed array (the front end has done NumPy's
+   argument handling and type resolution) and writes only into the output it is given:
+   never into its input, which it may share memory with.
+4. A kernel may decline a particular call (a dtype or layout it cannot take) by returning
+   ``NotImplemented`` before writing anything; the next backend in line then takes it.
+5. A unary kernel ``k(x, out)`` returns what the front end must do about floating-point
+   errors: ``HANDLED`` (NumPy already acted on them in this thread, or there can be none),
+   an int of flags to report, or ``UNCHECKED`` (the backend cannot see FPU flags, so the
+   front end derives them).
+"""
+from __future__ import annotations
+
+import importlib
+
+HANDLED = None
+UNCHECKED = -1
+
+NAMES = ("numpy", "numexpr", "torch-cpu", "torch-cuda")
+_FACTORIES = {
+    "numpy": ("fastmath.backends.numpy", "NumpyBackend", {}),
+    "torch-cpu": ("fastmath.backends.torch", "TorchBackend", {"device": "cpu"}),
+    "torch-cuda": ("fastmath.backends.torch", "TorchBackend", {"device": "cuda"}),
+}
+_instances: dict = {}
+
+
+class Unavailable:
+    """Stands in for a backend this version of fastmath does not have."""
+
+    def __init__(self, name, why):
+        self.name = name
+        self._why = why
+
+    def why_unavailable(self):
+        return self._why
+
+    def kernel(self, spec):
+        return None
+
+
+def get(name: str):
+    """The backend object for ``name`` (created once; creating it imports nothing heavy)."""
+    try:
+        return _instances[name]
+    except KeyError:
+        pass
+    if name not in _FACTORIES:
+        backend = Unavailable(name, "this version of fastmath does not have it yet")
+    else:
+        module, cls, kwargs = _FACTORIES[name]
+        backend = getattr(importlib.import_module(module), cls)(**kwargs)
+    _instances[name] = backend
+    return backend
+
+
+def why_unavailable(name: str):
+    """None if backend ``name`` can run here, else the reason it cannot."""
+    return get(name).why_unavailable()

@@ -1,0 +1,31 @@
+"""scipy.special, with fastmath's accelerated functions in place of SciPy's.
+
+Every name this module does not accelerate is scipy.special's own object; SciPy is
+imported when the first such name is looked up, not before.
+"""
+from __future__ import annotations
+
+import fastmath as _fm
+
+from . import _registry
+
+_ACCELERATED = tuple(s.name for s in _registry.ROWS if s.ref.startswith("scipy.special:"))
+for _name in _ACCELERATED:
+    globals()[_name] = getattr(_fm, _name)
+del _name
+
+
+def __getattr__(name):
+    import scipy.special
+
+    try:
+        return getattr(scipy.special, name)
+    except AttributeError:
+        raise AttributeError(f"module 'fastmath.special' has no attribute {name!r} "
+                             "(nor has scipy.special)") from None
+
+
+def __dir__():
+    import scipy.special
+
+    return sorted(set(globals()) | set(dir(scipy.special)))
