@@ -73,7 +73,8 @@ def report(name: str, flags: int) -> None:
         elif mode == "call":
             np.geterrcall()(text, flags)
         elif mode == "print":
-            sys.stderr.write(f"Warning: {msg}\n")
+            # NumPy writes with C's fprintf, below sys.stderr: do the same
+            os.write(2, f"Warning: {msg}\n".encode())
         elif mode == "log":
             np.geterrcall().write(f"Warning: {msg}\n")
 

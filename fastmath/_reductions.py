@@ -98,10 +98,12 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         return reference()
     xa = np.atleast_1d(xa).astype(dtype, copy=False)
     if xb is not None:
+        xb = np.atleast_1d(xb).astype(dtype, copy=False)
         try:
-            xa, xb = np.broadcast_arrays(xa, np.atleast_1d(xb).astype(dtype, copy=False))
+            shape = np.broadcast_shapes(xa.shape, xb.shape)
         except ValueError:
             return reference()
+        xa, xb = np.broadcast_to(xa, shape), np.broadcast_to(xb, shape)
     try:
         axes = _normalize_axes(axis, xa.ndim)
     except (TypeError, ValueError, np.exceptions.AxisError):

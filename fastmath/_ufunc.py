@@ -24,7 +24,7 @@ _ndarray = np.ndarray
 _current = _selection.current
 _scoped_get = _selection._scoped.get
 _state = _selection.state
-_KEYWORDS = frozenset(("where", "casting", "order", "dtype", "subok", "signature"))
+_KEYWORDS = frozenset(("out", "where", "casting", "order", "dtype", "subok", "signature"))
 _SCALARS = (float, int, bool, complex, list, tuple)
 _ORDERS = ("K", "A", "C", "F")
 _NUMERIC = "biufc"
@@ -78,14 +78,14 @@ class Ufunc:
     def __reduce__(self):
         return (_lookup, (self.__name__,))
 
-    def __call__(self, x, /, out=None, **kwargs):
-        # The hot path: one of the few things that runs on every call. Keyword arguments
-        # are numpy's (see __signature__); they are parsed only off this path.
-        if not kwargs and out is None and type(x) is _ndarray and x.size < self._small:
+    def __call__(self, x, /, *args, **kwargs):
+        # The hot path: one of the few things that runs on every call. The arguments are
+        # numpy's (see __signature__); they are parsed only off this path.
+        if not args and not kwargs and type(x) is _ndarray and x.size < self._small:
             scoped = _scoped_get()
             if (_state.default if scoped is None else scoped) == "auto":
                 return self._ref(x)
-        return self._call(x, out, kwargs)
+        return self._call(x, args, kwargs)
 
     def _resolve(self, in_dtype, dtype):
         key = (in_dtype, dtype)
@@ -97,14 +97,15 @@ class Ufunc:
         res = self._resolved[key] = self.reference.resolve_dtypes((in_dtype, None), **kw)
         return res
 
-    def _call(self, x, out, kwargs):
+    def _call(self, x, args, kwargs):
         ref = self.reference
 
         def reference():
-            return ref(x, **kwargs) if out is None else ref(x, out, **kwargs)
+            return ref(x, *args, **kwargs)
 
-        if kwargs.keys() - _KEYWORDS:
+        if kwargs.keys() - _KEYWORDS or len(args) > 1 or (args and "out" in kwargs):
             return reference()  # numpy's own TypeError
+        out = args[0] if args else kwargs.get("out")
         where = kwargs.get("where", True)
         casting = kwargs.get("casting", "same_kind")
         order = kwargs.get("order", "K")

@@ -1,0 +1,59 @@
+"""Shared helpers: the backends to test on, ULP distances, input snapshots."""
+import numpy as np
+import pytest
+
+import fastmath
+
+BACKENDS = [b for b in ("numpy", "torch-cpu", "numexpr", "torch-cuda")
+            if b in fastmath.available_backends()] + ["auto"]
+# backends whose elementwise kernels are the reference's own, so results are bitwise equal
+BITWISE = ("numpy",)
+
+
+def ulp_distance(a, b):
+    """Elementwise distance in units in the last place between two float arrays.
+
+    Both NaN counts as 0; NaN against a number, or infinities of different sign or against
+    a finite number, counts as a huge distance.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    assert a.dtype == b.dtype and a.dtype.kind == "f", (a.dtype, b.dtype)
+    itype = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    ai = a.view(itype).astype(np.int64)
+    bi = b.view(itype).astype(np.int64)
+    lo = np.iinfo(itype).min
+    # map the sign-magnitude bit patterns onto a monotonic integer line
+    ai = np.where(ai < 0, lo - ai, ai)
+    bi = np.where(bi < 0, lo - bi, bi)
+    d = np.abs(ai - bi)
+    both_nan = np.isnan(a) & np.isnan(b)
+    one_nan = np.isnan(a) ^ np.isnan(b)
+    d = np.where(both_nan, 0, d)
+    return np.where(one_nan, np.iinfo(np.int64).max, d)
+
+
+def assert_same(result, expected, ulps=0):
+    """Same type, dtype and shape; values equal (NaN == NaN) or within ``ulps``."""
+    assert type(result) is type(expected), (type(result), type(expected))
+    r, e = np.asarray(result), np.asarray(expected)
+    assert r.dtype == e.dtype, (r.dtype, e.dtype)
+    assert r.shape == e.shape, (r.shape, e.shape)
+    if r.dtype.kind == "f" and ulps:
+        d = ulp_distance(r, e)
+        assert d.size == 0 or d.max() <= ulps, f"max ULP distance {d.max()} > {ulps}"
+    elif r.dtype.kind == "f":
+        np.testing.assert_array_equal(r, e)
+        # assert_array_equal treats 0.0 == -0.0; the sign of zero must match too
+        numbers = ~np.isnan(e)
+        np.testing.assert_array_equal(np.signbit(r[numbers]), np.signbit(e[numbers]))
+    else:
+        np.testing.assert_array_equal(r, e)
+
+
+@pytest.fixture(autouse=True)
+def _clean_selection():
+    """Every test starts from the process default 'auto' and leaves it so."""
+    fastmath.set_backend("auto")
+    yield
+    fastmath.set_backend("auto")

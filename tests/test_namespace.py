@@ -1,0 +1,60 @@
+"""``import fastmath as np`` and ``fastmath.special``: the namespaces, and what importing costs."""
+import subprocess
+import sys
+
+import numpy
+import pytest
+import scipy.special
+
+import fastmath
+import fastmath.special
+
+
+def test_import_leaves_heavy_libraries_out():
+    code = ("import sys, fastmath, fastmath.special, numpy;"
+            "fastmath.exp(numpy.ones(10)); fastmath.array([1]); fastmath.random.default_rng(0);"
+            "print(sorted(m for m in ('torch', 'numexpr', 'scipy', 'dask') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["array", "random", "testing", "float32", "linalg", "ndarray",
+                                  "pi", "newaxis", "sum", "sin", "errstate", "asarray"])
+def test_unaccelerated_names_are_numpys_own_objects(name):
+    assert getattr(fastmath, name) is getattr(numpy, name)
+
+
+def test_accelerated_names_are_fastmaths():
+    for name in ("exp", "log", "log1p", "expm1"):
+        assert getattr(fastmath, name) is not getattr(numpy, name)
+        assert callable(getattr(fastmath, name))
+    assert callable(fastmath.erf) and callable(fastmath.logsumexp)
+
+
+def test_dir_and_missing_names():
+    names = dir(fastmath)
+    for name in ("exp", "array", "set_backend", "special", "logsumexp", "float64"):
+        assert name in names
+    with pytest.raises(AttributeError, match="no attribute 'not_a_numpy_name'"):
+        fastmath.not_a_numpy_name
+
+
+def test_special_mirrors_scipy_special():
+    assert fastmath.special.gamma is scipy.special.gamma
+    assert fastmath.special.ndtr is scipy.special.ndtr
+    assert fastmath.special.erf is fastmath.erf
+    assert fastmath.special.logsumexp is fastmath.logsumexp
+    assert "gammaln" in dir(fastmath.special)
+    with pytest.raises(AttributeError):
+        fastmath.special.nope
+
+
+def test_drop_in_script():
+    import fastmath as np
+
+    x = np.linspace(0, 1, 11)
+    y = np.exp(x) + np.sin(x) - np.log1p(x)
+    ref = numpy.exp(x) + numpy.sin(x) - numpy.log1p(x)
+    numpy.testing.assert_array_equal(y, ref)
+    assert isinstance(y, numpy.ndarray)

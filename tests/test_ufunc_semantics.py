@@ -1,0 +1,211 @@
+"""NumPy's calling conventions on every backend: out=, where=, dtype=, casting, order,
+errors, and the floating-point error state (np.errstate) with NumPy's exact messages."""
+import warnings
+
+import numpy as np
+import pytest
+
+import fastmath
+
+from conftest import BACKENDS, assert_same
+
+BIG = 300_000  # past every threading threshold
+
+
+def both(name, backend, *args, **kwargs):
+    """(fastmath's result, NumPy's) for the same call."""
+    with fastmath.backend(backend):
+        got = getattr(fastmath, name)(*args, **kwargs)
+    return got, getattr(np, name)(*args, **kwargs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [7, BIG])
+def test_out_is_written_and_returned(backend, n):
+    x = np.linspace(-3, 3, n)
+    out = np.full(n, 7.0)
+    with fastmath.backend(backend):
+        r = fastmath.exp(x, out=out)
+        assert r is out
+        r = fastmath.exp(x, out=(out,))
+        assert r is out
+    np.testing.assert_allclose(out, np.exp(x), rtol=4e-16)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [7, BIG])
+def test_out_aliasing_the_input(backend, n):
+    x = np.linspace(0.1, 3, n)
+    expected = np.log(x)
+    with fastmath.backend(backend):
+        assert fastmath.log(x, out=x) is x
+    assert_same(x, expected, 2)
+    # partial overlap: out is the input shifted by one element
+    y = np.linspace(0.1, 3, n + 1)
+    expected = np.log(y[1:])
+    with fastmath.backend(backend):
+        fastmath.log(y[1:], out=y[:-1])
+    assert_same(y[:-1], expected, 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [7, BIG])
+def test_where_computes_only_selected_elements(backend, n):
+    x = np.linspace(-2, 2, n)  # log of the negative half would warn if computed
+    mask = x > 0
+    out = np.full(n, -5.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with fastmath.backend(backend):
+            r = fastmath.log(x, out=out, where=mask)
+    assert r is out
+    assert (out[~mask] == -5.0).all()
+    np.testing.assert_allclose(out[mask], np.log(x[mask]), rtol=4e-16)
+    got = fastmath.erf(x, out=np.zeros(n), where=mask)
+    assert (got[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dtype_and_casting(backend):
+    x = np.arange(5, dtype=np.int64)
+    for kw in ({"dtype": np.float32}, {"dtype": "float64"}, {"casting": "unsafe"}):
+        got, exp = both("exp", backend, x, **kw)
+        assert_same(got, exp, 2)
+    with pytest.raises(TypeError, match="Cannot cast ufunc 'exp' input"):
+        with fastmath.backend(backend):
+            fastmath.exp(x, casting="no")
+    with pytest.raises(TypeError):
+        with fastmath.backend(backend):
+            fastmath.exp(x, out=np.zeros(5, dtype=np.int64))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_order(backend):
+    x = np.ones((30, 40))
+    for order in ("C", "F", "A", "K"):
+        got, exp = both("exp", backend, x.T, order=order)
+        assert got.flags["C_CONTIGUOUS"] == exp.flags["C_CONTIGUOUS"]
+        assert got.flags["F_CONTIGUOUS"] == exp.flags["F_CONTIGUOUS"]
+    got, exp = both("exp", backend, np.ones((300, 1000))[:, ::2].T)
+    assert got.strides == exp.strides
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_arguments_get_numpys_errors(backend):
+    x = np.ones(4)
+    cases = [
+        lambda f: f(x, out=np.zeros(3)),
+        lambda f: f(x, out=np.zeros(4), where=np.ones(3, bool)),
+        lambda f: f(x, bogus=1),
+        lambda f: f(x, order="Q"),
+        lambda f: f(x, out=[1, 2, 3, 4]),
+        lambda f: f(np.array(["a", "b"])),
+        lambda f: f([[1, 2], [3]]),
+        lambda f: f(x, np.zeros(4), np.zeros(4)),
+    ]
+    for case in cases:
+        with pytest.raises(Exception) as expected:
+            case(np.exp)
+        with pytest.raises(type(expected.value)) as got:
+            with fastmath.backend(backend):
+                case(fastmath.exp)
+        assert str(got.value) == str(expected.value)
+    ro = np.zeros(4)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        fastmath.exp(x, out=ro)
+
+
+def _record(fn, mode, category, capfd):
+    """Run fn under np.errstate(category=mode); return what NumPy's handler produced."""
+    seen = []
+
+    class Log:
+        def write(self, msg):
+            seen.append(("log", msg))
+
+    def call(kind, flags):
+        seen.append(("call", kind, flags))
+
+    errcall = Log() if mode == "log" else call
+    capfd.readouterr()
+    with np.errstate(**{category: mode}, call=errcall if mode in ("call", "log") else None):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            try:
+                fn()
+            except FloatingPointError as e:
+                seen.append(("raise", str(e)))
+    seen += [("warn", w_.category, str(w_.message)) for w_ in w]
+    return seen, capfd.readouterr().err
+
+
+ERRCASES = [
+    ("log", 0.0, "divide"), ("log", -1.0, "invalid"), ("exp", 1000.0, "over"),
+    ("exp", -1000.0, "under"), ("log1p", -1.0, "divide"), ("log1p", -2.0, "invalid"),
+    ("expm1", 1000.0, "over"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["ignore", "warn", "raise", "call", "print", "log"])
+@pytest.mark.parametrize("name,bad,category", ERRCASES)
+@pytest.mark.parametrize("n", [5, BIG])
+def test_errstate_is_honoured(backend, mode, name, bad, category, n, capfd):
+    x = np.ones(n)
+    x[n // 2] = bad
+    x[-1] = np.nan  # quiet NaNs raise nothing; they must not be blamed
+    with fastmath.backend(backend):
+        got = _record(lambda: getattr(fastmath, name)(x), mode, category, capfd)
+    expected = _record(lambda: getattr(np, name)(x), mode, category, capfd)
+    assert got == expected
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scalar_errstate_raise(backend):
+    with fastmath.backend(backend), np.errstate(divide="raise"):
+        with pytest.raises(FloatingPointError, match="divide by zero encountered in log"):
+            fastmath.log(0.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_default_state_warns_once_per_category(backend):
+    x = np.array([0.0, -1.0, 2.0] * 100_000)
+    with fastmath.backend(backend):
+        with pytest.warns(RuntimeWarning) as w:
+            fastmath.log(x)
+    assert [str(m.message) for m in w] == ["divide by zero encountered in log",
+                                           "invalid value encountered in log"]
+
+
+def test_warning_points_at_the_callers_line():
+    x = np.zeros(BIG)
+    with fastmath.backend("numpy"), pytest.warns(RuntimeWarning) as w:
+        fastmath.log(x)
+    assert w[0].filename == __file__
+
+
+def test_array_ufunc_overrides_are_honoured():
+    class Wrapped:
+        def __init__(self, v):
+            self.v = v
+
+        def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+            return ("override", ufunc.__name__, method)
+
+    assert fastmath.exp(Wrapped(1)) == ("override", "exp", "__call__")
+    m = np.ma.masked_array([1.0, 2.0], mask=[False, True])
+    r = fastmath.exp(m)
+    assert isinstance(r, np.ma.MaskedArray)
+    assert r.mask.tolist() == [False, True]
+
+
+def test_ufunc_attributes_are_the_references():
+    assert fastmath.exp.nin == 1 and fastmath.exp.nout == 1
+    assert fastmath.exp.types == np.exp.types
+    assert fastmath.exp.__name__ == "exp"
+    assert fastmath.exp.__doc__ == np.exp.__doc__
+    assert "fastmath" in repr(fastmath.exp)
+    import pickle
+
+    assert pickle.loads(pickle.dumps(fastmath.exp)) is fastmath.exp
