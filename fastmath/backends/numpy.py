@@ -16,10 +16,10 @@ from . import HANDLED
 # input to numpy's exp (about 120 us of work) one thread is faster. Costlier functions
 # split sooner (Spec.cost).
 PARALLEL_MIN_BYTES = 1 << 20
-# Reductions work through memory in blocks of about this many elements, so each
-# block's several passes stay in cache.
-BLOCK = 1 << 15
-LSE_COST = 3.0  # a block's passes (max, subtract, exp, compare, sums) against one exp
+# Reductions work through memory in blocks of about this many elements (1 MiB of
+# float64, the L2 cache of one core), so each block's several passes stay in cache.
+# Measured in CPU time on a 3000x3000 logsumexp: 2**17 did the least work of 2**14..2**18.
+BLOCK = 1 << 17
 
 
 class NumpyBackend:
@@ -79,7 +79,10 @@ def lse_block(a, axes, b=None):
         np.exp(e, out=e)
         top = a == M
         if b is None:
-            m = np.sum(top, axis=axes, keepdims=True, dtype=a.dtype)
+            # counting through a uint8 view is 2-3x faster than summing bools as floats;
+            # a block is far smaller than 2**32 elements
+            m = np.add.reduce(top.view(np.uint8), axis=axes, keepdims=True,
+                              dtype=np.uint32).astype(a.dtype)
         else:
             m = np.sum(np.where(top, b, 0), axis=axes, keepdims=True, dtype=a.dtype)
             np.multiply(e, b, out=e)
@@ -104,7 +107,7 @@ def lse_merge(p, q):
 def lse_partial(a, axes, b=None):
     """(M, m, s) of ``a`` over ``axes``, in cache-sized blocks across the thread pool."""
     nthreads = _parallel.threads()
-    if b is not None or a.nbytes < PARALLEL_MIN_BYTES / LSE_COST or a.ndim == 0:
+    if b is not None or a.size < 2 * BLOCK or a.ndim == 0:
         return lse_block(a, axes, b)
     axis = _parallel.split_axis(a.shape, a.strides)
     n = a.shape[axis]
