@@ -108,14 +108,19 @@ class backend:
 
     def __init__(self, name: str):
         self.name = _check(name)
-        self._tokens: list = []
+        # One object may be entered from several threads or tasks at once, or nested:
+        # each context keeps its own stack of tokens to restore.
+        self._tokens = contextvars.ContextVar(f"fastmath_backend_tokens_{id(self)}",
+                                              default=())
 
     def __enter__(self):
-        self._tokens.append(_scoped.set(self.name))
+        self._tokens.set(self._tokens.get() + (_scoped.set(self.name),))
         return self
 
     def __exit__(self, *exc):
-        _scoped.reset(self._tokens.pop())
+        tokens = self._tokens.get()
+        self._tokens.set(tokens[:-1])
+        _scoped.reset(tokens[-1])
         return False
 
     def __call__(self, fn):

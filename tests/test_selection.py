@@ -106,6 +106,27 @@ def test_threads_do_not_see_each_others_scope():
     assert [seen[i] for i in range(4)] == names
 
 
+def test_one_scope_object_shared_by_threads():
+    scope = fastmath.backend("numpy")
+    barrier = threading.Barrier(3)
+    seen = []
+
+    def work():
+        with scope:
+            barrier.wait()
+            with scope:
+                seen.append(fastmath.get_backend())
+            barrier.wait()
+        seen.append(fastmath.get_backend())
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seen) == ["auto"] * 3 + ["numpy"] * 3
+
+
 def test_asyncio_tasks_do_not_see_each_others_scope():
     async def task(name):
         with fastmath.backend(name):
