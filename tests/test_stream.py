@@ -258,6 +258,11 @@ def test_floating_point_errors_as_numpy_reports_them(streamed_cuda):
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("error")
             fastmath.exp(x)
+        tiny = np.array([-800.0] + [1.0] * 5000)
+        with np.errstate(under="raise"):
+            with pytest.raises(FloatingPointError, match="underflow encountered in exp"):
+                fastmath.exp(tiny)
+        fastmath.exp(tiny)  # underflow is ignored by default
 
 
 def test_logsumexp_through_the_pipeline(streamed_cuda):
