@@ -280,6 +280,13 @@ def test_logsumexp_through_the_pipeline(streamed_cuda):
         assert_same(g, w, ulps=BY_NAME["logsumexp"].ulp[1])
 
 
+@pytest.mark.parametrize("name", ["torch-cpu", "torch-cuda"])
+def test_logsumexp_over_no_axes_reduces_nothing(streamed_cuda, name):
+    a = np.arange(6.0).reshape(2, 3)  # torch would read dim=() as every axis
+    with fastmath.backend(name):
+        assert_same(fastmath.logsumexp(a, axis=()), scipy.special.logsumexp(a, axis=()))
+
+
 def test_auto_never_streams_host_data_without_a_measured_row(streamed_cuda):
     spec = BY_NAME["exp"]
     for size in (10, 10**6, 10**9):

@@ -144,7 +144,7 @@ class _Streamed:
         return flags[0]
 
     def _lse(self, a, axes, b=None):
-        if a.dtype not in _FLOATS:
+        if a.dtype not in _FLOATS or not axes:
             return NotImplemented
         from .numpy import lse_merge
 
@@ -184,7 +184,9 @@ class _Unary:
 
 def lse_partial(a, axes, b=None):
     """SciPy's (M, m, s) decomposition (see backends/numpy.py), computed by torch."""
-    if a.dtype not in _FLOATS or not takes(a) or (b is not None and not takes(b)):
+    # torch reads dim=() as "every axis"; SciPy's axis=() reduces none
+    if (a.dtype not in _FLOATS or not takes(a) or (b is not None and not takes(b))
+            or not axes):
         return NotImplemented
     with _torch.inference_mode():
         part = _lse(tensor(a), axes, None if b is None else tensor(b))
