@@ -11,6 +11,13 @@ numpy's exp over two threads beats one thread from about 1 MiB of input, and bea
 torch's exp at every size; torch's erf beats SciPy's from about 4000 elements, by 10x
 and more from 10^5; fastmath's blocked logsumexp beats SciPy's at every size (it makes
 fewer passes) and torch's full-array passes everywhere.
+
+Rows are about host (NumPy) data. A row may name ``torch-cuda`` only where the streaming
+pipeline was measured faster than the best CPU backend for that function, dtype and size
+(bench/cuda.py prints such rows in this format, e.g. ``{"exp": {"float32": [[N,
+["torch-cuda", "numpy"]]]}}``); no default row does, so without a measurement ``auto``
+keeps host data on the CPU. Data already on a device is computed there whatever the rows
+say (fastmath/_native.py).
 """
 from __future__ import annotations
 

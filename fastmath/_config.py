@@ -30,6 +30,7 @@ class Config:
     strict: bool = False
     calibration: str | None = None
     log: str | None = None
+    cuda_memory: int | None = None  # bytes the CUDA pipeline may hold; None: its default
     # variable name -> the raw value it was read from, for ``fastmath info``
     sources: dict = field(default_factory=dict)
 
@@ -83,7 +84,37 @@ def read(environ=None) -> Config:
     if raw:
         kw["log"] = raw.strip().lower()
 
+    raw = env.get("FASTMATH_CUDA_MEMORY")
+    if raw:
+        n = parse_bytes(raw)
+        if n is None or n < MIN_CUDA_MEMORY:
+            _warn("FASTMATH_CUDA_MEMORY", raw, "is not a size of at least 1 MiB",
+                  "write bytes with an optional unit (512M, 2GiB, 1.5G); using the default")
+        else:
+            kw["cuda_memory"] = n
+
     return Config(sources=sources, **kw)
+
+
+MIN_CUDA_MEMORY = 1 << 20
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_bytes(text: str):
+    """``"512M"``, ``"2GiB"``, ``"1.5g"``, ``"1048576"`` -> bytes (units are binary), else None."""
+    t = text.strip().lower().replace(" ", "")
+    for tail in ("ib", "b"):
+        if t.endswith(tail) and t[:-len(tail)][-1:] in "kmgt" and len(t) > len(tail):
+            t = t[:-len(tail)]
+            break
+    unit = t[-1:] if t[-1:] in "kmgtb" else ""
+    try:
+        value = float(t[:len(t) - len(unit)])
+    except ValueError:
+        return None
+    if not value >= 0 or value == float("inf"):
+        return None
+    return int(value * _UNITS[unit])
 
 
 _current = read()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _fpe, _selection
+from . import _fpe, _native, _selection
 from .backends import HANDLED, UNCHECKED
 
 _ndarray = np.ndarray
@@ -120,7 +120,12 @@ class Ufunc:
                 xa = np.asarray(x)
             except Exception:  # ragged lists and the like: NumPy's own error
                 return reference()
-        else:  # subclasses, __array_ufunc__ overrides, array-likes: NumPy dispatches
+        else:  # subclasses, __array_ufunc__ overrides, array-likes: NumPy dispatches,
+            # except for arrays on a device, which are computed there
+            if not args and not kwargs and _native.resident(x):
+                r = _native.call(self._spec, x)
+                if r is not NotImplemented:
+                    return r
             return reference()
         o = out
         if type(o) is tuple:

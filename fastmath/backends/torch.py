@@ -1,8 +1,11 @@
 """torch-cpu and torch-cuda: one class, parameterised by device.
 
-NumPy arrays go in zero-copy (``torch.as_tensor`` shares their memory) and results are
+On the CPU, NumPy arrays go in zero-copy (``torch.as_tensor`` shares their memory) and results are
 written into an output NumPy allocated (NumPy asks the OS for huge pages; torch's
 allocator does not, which measured 3x slower for 80 MB), under ``torch.inference_mode()``.
+On a CUDA device, NumPy arrays are streamed through it in bounded chunks
+(backends/_stream.py) and results land in the NumPy output; arrays that already live on a
+device (torch tensors, DLPack producers such as CuPy) are computed there (:func:`native`).
 torch is imported the first time this backend is asked whether it is available.
 """
 from __future__ import annotations
@@ -11,8 +14,10 @@ import os
 
 import numpy as np
 
-from .. import _config
-from . import UNCHECKED
+import warnings
+
+from .. import _config, _fpe
+from . import UNCHECKED, _stream
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _torch = None
@@ -64,9 +69,13 @@ def tensor(a):
 
 
 class TorchBackend:
-    def __init__(self, device: str):
+    """``streamed``: send host arrays through the chunked pipeline (the default off the
+    CPU; the tests also run it on the CPU, where it is the very same code)."""
+
+    def __init__(self, device: str, streamed: bool | None = None):
         self.device = device
         self.name = f"torch-{device}"
+        self.streamed = device != "cpu" if streamed is None else streamed
 
     def why_unavailable(self):
         try:
@@ -75,8 +84,6 @@ class TorchBackend:
             return "torch is not installed (pip install 'fastmath-shim[torch]')"
         if self.device == "cuda" and not torch.cuda.is_available():
             return "torch sees no CUDA device"
-        if self.device == "cuda":
-            return "the torch-cuda backend is not built yet"
         return None
 
     def kernel(self, spec):
@@ -86,11 +93,79 @@ class TorchBackend:
         fn = _torch
         for part in name.split("."):
             fn = getattr(fn, part)
+        if self.streamed:
+            return _Streamed(self.stream_device, fn, spec)
         if spec.kind == "unary":
             return _Unary(fn)
         if spec.kind == "logsumexp":
             return lse_partial
         return None
+
+    _dev = None
+
+    @property
+    def stream_device(self):
+        """The pipeline's device, shared by every kernel of this backend (one buffer pool)."""
+        if self._dev is None:
+            self._dev = _stream.Device(_torch, self.device)
+        return self._dev
+
+
+class _Streamed:
+    """A kernel for host arrays on a device: the streaming pipeline, with CPU fallback.
+
+    Out of memory even at the smallest chunk, or any other device error, makes it decline
+    (the next backend in line, NumPy at the latest, then writes the whole output again), with
+    one warning per kind of error: the output is never left half written and the pool stays
+    usable.
+    """
+
+    __slots__ = ("dev", "fn", "spec")
+
+    def __init__(self, dev, fn, spec):
+        self.dev, self.fn, self.spec = dev, fn, spec
+
+    def __call__(self, x, out, *rest):
+        if self.spec.kind == "logsumexp":
+            return self._lse(x, out, *rest)
+        if x.dtype not in _FLOATS:
+            return NotImplemented
+        flags = [0]
+        suspect = None
+        if self.spec.fpe and _fpe.watched():
+            ref = self.spec.reference()
+
+            def suspect(xb, ob):
+                flags[0] |= _fpe.derive(ref, xb, ob)
+        try:
+            _stream.unary(self.dev, self.fn, x, out, suspect)
+        except RuntimeError as e:  # torch's device errors, out-of-memory included
+            return _declined(self.dev, e)
+        return flags[0]
+
+    def _lse(self, a, axes, b=None):
+        if a.dtype not in _FLOATS or not axes:
+            return NotImplemented
+        from .numpy import lse_merge
+
+        try:
+            part = _stream.lse(self.dev, _lse, lse_merge, a, axes, b)
+        except RuntimeError as e:
+            return _declined(self.dev, e)
+        return NotImplemented if part is None else part
+
+
+_warned: set = set()
+
+
+def _declined(dev, error):
+    key = type(error).__name__
+    if (dev.device, key) not in _warned:
+        _warned.add((dev.device, key))
+        warnings.warn(f"fastmath: torch-cuda could not run this call on {dev.device} "
+                      f"({key}: {error}); the CPU computes it instead", RuntimeWarning,
+                      stacklevel=_fpe.user_stacklevel())
+    return NotImplemented
 
 
 class _Unary:
@@ -109,23 +184,66 @@ class _Unary:
 
 def lse_partial(a, axes, b=None):
     """SciPy's (M, m, s) decomposition (see backends/numpy.py), computed by torch."""
-    if a.dtype not in _FLOATS or not takes(a) or (b is not None and not takes(b)):
+    # torch reads dim=() as "every axis"; SciPy's axis=() reduces none
+    if (a.dtype not in _FLOATS or not takes(a) or (b is not None and not takes(b))
+            or not axes):
         return NotImplemented
+    with _torch.inference_mode():
+        part = _lse(tensor(a), axes, None if b is None else tensor(b))
+        return tuple(p.numpy() for p in part)
+
+
+def _lse(t, axes, tb=None):
+    """(M, m, s) of tensor ``t`` over ``axes``, with keepdims, on ``t``'s device."""
     torch = _torch
-    with torch.inference_mode():
-        t = tensor(a)
-        if b is not None:
-            tb = tensor(b)
-            t = t.masked_fill(tb == 0, -torch.inf)
-        M = torch.amax(t, dim=axes, keepdim=True)
-        shift = torch.where(torch.isfinite(M), M, 0)
-        top = t == M
-        e = torch.exp(t - shift)
-        if b is None:
-            m = top.sum(dim=axes, keepdim=True, dtype=t.dtype)
-        else:
-            m = torch.where(top, tb, 0).sum(dim=axes, keepdim=True, dtype=t.dtype)
-            e.mul_(tb)
-        e.masked_fill_(top, 0)
-        s = e.sum(dim=axes, keepdim=True, dtype=t.dtype)
-        return M.numpy(), m.numpy(), s.numpy()
+    if tb is not None:
+        t = t.masked_fill(tb == 0, -torch.inf)
+    M = torch.amax(t, dim=axes, keepdim=True)
+    shift = torch.where(torch.isfinite(M), M, 0)
+    top = t == M
+    e = torch.exp(t - shift)
+    if tb is None:
+        m = top.sum(dim=axes, keepdim=True, dtype=t.dtype)
+    else:
+        m = torch.where(top, tb, 0).sum(dim=axes, keepdim=True, dtype=t.dtype)
+        e.mul_(tb)
+    e.masked_fill_(top, 0)
+    s = e.sum(dim=axes, keepdim=True, dtype=t.dtype)
+    return M, m, s
+
+
+def native(spec, x):
+    """``spec``'s function of an array that lives on a device, computed there.
+
+    ``x`` is a torch tensor, or a DLPack producer whose library has ``from_dlpack``
+    (CuPy): the result is of the same type, on the same device, with NumPy's result dtype;
+    nothing is transferred. Returns NotImplemented for what NumPy must answer (options,
+    dtypes NumPy would not compute in float32/float64, tensors that require grad).
+    """
+    torch = _import_torch()
+    name = spec.kernels.get("torch")
+    if name is None or spec.kind != "unary":
+        return NotImplemented
+    back = None
+    if not isinstance(x, torch.Tensor):
+        import sys
+
+        back = getattr(sys.modules.get(type(x).__module__.partition(".")[0]), "from_dlpack", None)
+        if back is None:
+            return NotImplemented
+        x = torch.from_dlpack(x)
+    if x.requires_grad or x.is_complex():
+        return NotImplemented
+    try:
+        in_dt = np.dtype(str(x.dtype).replace("torch.", ""))
+        out_dt = spec.reference().resolve_dtypes((in_dt, None))[1]
+    except (TypeError, ValueError):
+        return NotImplemented
+    if out_dt not in _FLOATS:
+        return NotImplemented
+    fn = torch
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    with torch.no_grad():  # not inference_mode: the result must stay usable with autograd
+        r = fn(x.to(getattr(torch, out_dt.name)))
+    return r if back is None else back(r)

@@ -1,0 +1,126 @@
+"""torch-cuda on a real GPU. Every test carries the ``cuda`` marker and skips without one.
+
+Run with ``python -m pytest -m cuda -q tests/test_cuda.py``. Speed is measured by
+bench/cuda.py; the one timed check here is a sanity floor far below the acceptance figure,
+there to catch a pipeline that serialises its streams.
+"""
+import time
+
+import numpy as np
+import pytest
+import scipy.special
+
+torch = pytest.importorskip("torch")
+
+import fastmath  # noqa: E402
+from fastmath._registry import BY_NAME, ROWS  # noqa: E402
+
+from conftest import assert_same  # noqa: E402
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+UNARY = [s for s in ROWS if s.kind == "unary"]
+
+
+def backend():
+    from fastmath import backends
+
+    return backends.get("torch-cuda")
+
+
+def test_available_and_selectable():
+    assert "torch-cuda" in fastmath.available_backends()
+    fastmath.set_backend("torch-cuda")
+    assert fastmath.get_backend() == "torch-cuda"
+
+
+@pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n", [1, 1000, 5_000_003])
+def test_parity_with_numpy_on_the_gpu(spec, dtype, n):
+    f, ref = getattr(fastmath, spec.name), spec.reference()
+    x = np.linspace(-30, 30, n).astype(dtype)
+    if spec.name.startswith("log"):
+        x = np.abs(x)
+    bound = spec.ulp[0] if dtype == "float32" else spec.ulp[1]  # the registry's bound
+    before = x.copy()
+    with fastmath.backend("torch-cuda"), np.errstate(all="ignore"):
+        got = f(x)
+        strided = f(x[::-3])
+        out = np.empty_like(x)
+        same = f(x, out=out)
+    with np.errstate(all="ignore"):
+        assert_same(got, ref(x), ulps=bound)
+        assert_same(strided, ref(x[::-3]), ulps=bound)
+        assert same is out
+    assert_same(x, before)
+
+
+def test_logsumexp_on_the_gpu():
+    a = np.random.default_rng(0).normal(size=(20_000, 64)) * 10
+    with fastmath.backend("torch-cuda"):
+        for axis in (None, 0, 1):
+            assert_same(fastmath.logsumexp(a, axis=axis),
+                        scipy.special.logsumexp(a, axis=axis), ulps=BY_NAME["logsumexp"].ulp[1])
+
+
+def test_pipeline_bandwidth_sanity():
+    n = 50_000_000
+    x = np.random.default_rng(0).random(n, dtype=np.float32)
+    out = np.empty_like(x)
+    pinned = torch.empty(n, dtype=torch.float32, pin_memory=True)
+    dev = torch.empty(n, dtype=torch.float32, device="cuda")
+    dev.copy_(pinned)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    dev.copy_(pinned, non_blocking=True)
+    torch.cuda.synchronize()
+    h2d = x.nbytes / (time.perf_counter() - t)
+    with fastmath.backend("torch-cuda"):
+        fastmath.exp(x, out=out)  # warm: pool, streams
+        t = time.perf_counter()
+        fastmath.exp(x, out=out)
+        rate = x.nbytes / (time.perf_counter() - t)
+    assert rate > 0.25 * h2d, f"pipeline {rate / 1e9:.1f} GB/s, pinned copy {h2d / 1e9:.1f} GB/s"
+
+
+def test_device_resident_round_trip_makes_no_transfer():
+    t = torch.linspace(-5, 5, 1_000_000, device="cuda", dtype=torch.float32)
+    pool = backend().stream_device.pool
+    misses = pool.misses
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        r = fastmath.exp(t)
+        torch.cuda.synchronize()
+    assert type(r) is torch.Tensor and r.device == t.device and r.dtype == torch.float32
+    names = [e.name for e in prof.events()]
+    assert not [n for n in names if "Memcpy" in n], names
+    assert pool.misses == misses
+    assert_same(r.cpu().numpy(), np.exp(t.cpu().numpy()), ulps=BY_NAME["exp"].ulp[0])
+
+
+def test_cupy_round_trip():
+    cupy = pytest.importorskip("cupy")
+    a = cupy.linspace(0.5, 5, 1000)
+    r = fastmath.log(a)
+    assert type(r) is type(a)
+    assert_same(cupy.asnumpy(r), np.log(cupy.asnumpy(a)), ulps=BY_NAME["log"].ulp[1])
+
+
+def test_twice_the_free_memory_runs():
+    # Host memory bounds the array (input and output live there), so the card is first
+    # filled with ballast down to 4 GiB free; the array is then twice what is left.
+    free, _ = torch.cuda.mem_get_info()
+    ballast = torch.empty(max(0, free - (4 << 30)), dtype=torch.uint8, device="cuda")
+    free, _ = torch.cuda.mem_get_info()
+    n = 2 * free // 4
+    x = np.empty(n, dtype=np.float32)
+    x[:] = np.float32(0.5)
+    x[::1000] = np.linspace(-10, 10, x[::1000].size, dtype=np.float32)
+    torch.cuda.reset_peak_memory_stats()
+    with fastmath.backend("torch-cuda"):
+        out = fastmath.exp(x)
+    del ballast
+    sample = slice(None, None, 1000)
+    assert_same(out[sample], np.exp(x[sample]), ulps=BY_NAME["exp"].ulp[0])
+    for part in (slice(1, 1000), slice(n // 2, n // 2 + 1000), slice(n - 1000, n)):
+        assert_same(out[part], np.exp(x[part]), ulps=BY_NAME["exp"].ulp[0])
