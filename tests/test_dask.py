@@ -202,3 +202,24 @@ def test_dask_stays_out_until_a_dask_array_arrives():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_gmm_example_agrees_with_plain_dask(client):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parent.parent / "examples" / "dask_gmm.py"
+    spec = importlib.util.spec_from_file_location("dask_gmm", path)
+    gmm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gmm)
+    x = da.from_array(np.random.default_rng(3).standard_normal((3000, 2)) * 3,
+                      chunks=((1000, 1500, 500), 2))
+    params = gmm.mixture(5, 2)
+    (ll, counts), (ll_ref, counts_ref) = compute(
+        client, gmm.e_step(x, params, **gmm.VARIANTS["fastmath"]),
+        gmm.e_step(x, params, **gmm.VARIANTS["dask+numpy"]))
+    # each point's logsumexp is within test_logsumexp's bound of SciPy's; the sums over
+    # points add relative rounding of about n * eps on top
+    np.testing.assert_allclose(ll, ll_ref, rtol=3000 * np.finfo(float).eps)
+    np.testing.assert_allclose(counts, counts_ref, rtol=3000 * np.finfo(float).eps)
+    assert np.isclose(counts.sum(), 3000)
