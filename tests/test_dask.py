@@ -44,6 +44,8 @@ def compute(client, *arrays):
 
 
 def sample(dtype, rng):
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-6, 7, SHAPE).astype(dtype)
     x = rng.uniform(-6, 6, SHAPE)
     x.flat[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300]
     return x.astype(dtype)
