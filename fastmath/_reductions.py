@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _selection
+from . import dask as _dask
 from ._registry import BY_NAME
 
 _SPEC = BY_NAME["logsumexp"]
@@ -39,7 +40,7 @@ def _normalize_axes(axis, ndim):
     return tuple(sorted(normalize_axis_tuple(axis, ndim)))
 
 
-def _finish(part, a, b, axes, return_sign):
+def _finish(part, a, b, axes, return_sign, total=None):
     M, m, s = part
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         s = np.where(s == 0, s, s / m)
@@ -51,12 +52,30 @@ def _finish(part, a, b, axes, return_sign):
         bad = ~np.isfinite(out)
         if bad.any():
             # SciPy's rule: where the result is not finite, log(sum(b * exp(a))) decides.
-            total = np.sum(np.exp(a) if b is None else b * np.exp(a), axis=axes, keepdims=True)
+            if total is None:
+                total = np.sum(np.exp(a) if b is None else b * np.exp(a), axis=axes,
+                               keepdims=True)
             if return_sign:
                 sgn = np.where(bad, np.sign(total), sgn)
                 total = np.abs(total)
             out = np.where(bad, np.log(total), out)
     return out, sgn
+
+
+def _partial(xa, axes, xb, dtype, chain=None):
+    """(M, m, s) of ``xa`` over ``axes`` from the first backend in line that takes it."""
+    if chain is None:
+        chain = _selection.plan(_SPEC, dtype.name, xa.size)
+    explicit = _selection.current()
+    for name, kernel in chain:
+        if name != explicit and explicit != "auto" and _selection.strict():
+            raise _selection.FallbackError(
+                f"backend {explicit!r} cannot run logsumexp on this {dtype} input, and "
+                f"FASTMATH_STRICT=1 forbids falling back to {name}")
+        part = kernel(xa, axes, xb)
+        if part is not NotImplemented:
+            return part
+    raise AssertionError("the numpy backend ends every chain and never declines")
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -79,6 +98,10 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         return ref(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
 
     if type(a) not in _ARRAYS or (b is not None and type(b) not in _ARRAYS):
+        if _dask.is_dask_array(a) or _dask.is_dask_array(b):
+            lazy = _dask.logsumexp(a, axis, b, keepdims, return_sign)
+            if lazy is not NotImplemented:
+                return lazy
         return reference()
     try:
         xa = np.asarray(a)
@@ -111,15 +134,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     if len(set(axes)) != len(axes):
         return reference()
 
-    explicit = _selection.current()
-    for name, kernel in chain:
-        if name != explicit and explicit != "auto" and _selection.strict():
-            raise _selection.FallbackError(
-                f"backend {explicit!r} cannot run logsumexp on this {dtype} input, and "
-                f"FASTMATH_STRICT=1 forbids falling back to {name}")
-        part = kernel(xa, axes, xb)
-        if part is not NotImplemented:
-            break
+    part = _partial(xa, axes, xb, dtype, chain)
     out, sgn = _finish(part, xa, xb, axes, return_sign)
     if not keepdims:
         out = np.squeeze(out, axis=axes)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _fpe, _native, _selection
+from . import dask as _dask
 from .backends import HANDLED, UNCHECKED
 
 _ndarray = np.ndarray
@@ -120,6 +121,8 @@ class Ufunc:
                 xa = np.asarray(x)
             except Exception:  # ragged lists and the like: NumPy's own error
                 return reference()
+        elif _dask.is_dask_array(x):  # lazy, with fastmath's kernels in every chunk
+            return _dask.ufunc(self, x, args, kwargs)
         else:  # subclasses, __array_ufunc__ overrides, array-likes: NumPy dispatches,
             # except for arrays on a device, which are computed there
             if not args and not kwargs and _native.resident(x):
