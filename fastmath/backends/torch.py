@@ -86,8 +86,10 @@ class TorchBackend:
         fn = _torch
         for part in name.split("."):
             fn = getattr(fn, part)
-        if spec.kind == "unary":
+        if spec.kind in ("unary", "elementwise"):
             return _Unary(fn)
+        if spec.kind == "binary":
+            return _Binary(fn)
         if spec.kind == "logsumexp":
             return lse_partial
         return None
@@ -104,6 +106,21 @@ class _Unary:
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x), out=tensor(out))
+        return UNCHECKED
+
+
+class _Binary:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x1, x2, out):
+        if (x1.dtype not in _FLOATS or x2.dtype != x1.dtype or not takes(x1)
+                or not takes(x2)):
+            return NotImplemented
+        with _torch.inference_mode():
+            self.fn(tensor(x1), tensor(x2), out=tensor(out))
         return UNCHECKED
 
 
