@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as _np
 
 from . import _registry
-from ._reductions import logsumexp
+from ._reductions import log_softmax, logsumexp, softmax
 from ._selection import (FallbackError, available_backends, backend, get_backend,
                          set_backend)
 from ._binary import BinaryUfunc

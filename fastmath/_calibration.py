@@ -47,6 +47,9 @@ DEFAULTS = {
     "erfinv": {"*": ((1 << 14, ("torch-cpu", "numpy")),)},
     "ndtri": {"*": ((1 << 14, ("torch-cpu", "numpy")),)},
     "entr": {"float64": ((1 << 16, ("numpy",)),), "float32": ((1 << 15, ("torch-cpu", "numpy")),)},
+    # softmax: NumPy's passes, in place and over threads along the axes kept
+    "softmax": {"*": ((1 << 16, ("numpy",)),)},
+    "log_softmax": {"*": ((1 << 16, ("numpy",)),)},
     "i0": {"*": ((1 << 15, ("numpy",)), (1 << 19, ("torch-cpu", "numpy")))},
 }
 

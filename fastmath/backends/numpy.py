@@ -33,6 +33,8 @@ class NumpyBackend:
             return _KERNELS[spec.kind](spec.reference(), PARALLEL_MIN_BYTES / spec.cost)
         if spec.kind == "logsumexp":
             return lse_partial
+        if spec.kind == "softmax":
+            return _Softmax(spec.name == "log_softmax")
         return None
 
 
@@ -75,6 +77,46 @@ class _Elementwise(_Unary):
         else:
             _parallel.run([lambda v=v: task(*v) for v in _parallel.chunk_views((x, out), parts)])
         return UNCHECKED
+
+
+class _Softmax:
+    """SciPy's softmax/log_softmax formulas, over blocks of the axes they keep.
+
+    Each block is the very computation SciPy does on its slice, so the results are
+    SciPy's; with all axes reduced (SciPy's default) it runs as one block.
+    """
+
+    __slots__ = ("log",)
+
+    def __init__(self, log):
+        self.log = log
+
+    def block(self, x, axes, out):
+        with np.errstate(all="ignore"):
+            m = np.max(x, axis=axes, keepdims=True)
+            if self.log:
+                m[~np.isfinite(m)] = 0
+            np.subtract(x, m, out=out)
+            if self.log:
+                s = np.log(np.sum(np.exp(out), axis=axes, keepdims=True))
+                np.subtract(out, s, out=out)
+            else:
+                np.exp(out, out=out)
+                np.divide(out, np.sum(out, axis=axes, keepdims=True), out=out)
+
+    def __call__(self, x, axes, out):
+        kept = [a for a in range(x.ndim) if a not in axes and x.shape[a] > 1]
+        parts = _parallel.threads() if x.nbytes * 4 >= PARALLEL_MIN_BYTES else 1
+        if parts < 2 or not kept:
+            self.block(x, axes, out)
+            return HANDLED
+        axis = max(kept, key=lambda a: x.shape[a])
+        tasks = []
+        for i, j in _parallel.bounds(x.shape[axis], min(parts, x.shape[axis])):
+            index = (slice(None),) * axis + (slice(i, j),)
+            tasks.append(lambda index=index: self.block(x[index], axes, out[index]))
+        _parallel.run(tasks)
+        return HANDLED
 
 
 _KERNELS = {"unary": _Unary, "binary": _Unary, "elementwise": _Elementwise}
