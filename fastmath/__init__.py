@@ -13,17 +13,21 @@ from __future__ import annotations
 import numpy as _np
 
 from . import _registry
-from ._reductions import logsumexp
+from ._reductions import log_softmax, logsumexp, softmax
 from ._selection import (FallbackError, available_backends, backend, get_backend,
                          set_backend)
+from ._binary import BinaryUfunc
+from ._elementwise import Function
 from ._ufunc import Ufunc
 
 __version__ = "0.1.0"
 
+_FRONT_ENDS = {"unary": Ufunc, "binary": BinaryUfunc, "elementwise": Function}
 for _spec in _registry.ROWS:
-    if _spec.kind == "unary":
-        globals()[_spec.name] = Ufunc(_spec)
+    if _spec.kind in _FRONT_ENDS:
+        globals()[_spec.name] = _FRONT_ENDS[_spec.kind](_spec)
 del _spec
+psi = digamma  # noqa: F821 - scipy.special.psi is digamma itself
 
 # fastmath's own names; everything else resolves to numpy.
 _OWN = ("set_backend", "get_backend", "backend", "available_backends", "info",

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 _NUMPY_FROM_1MIB = {"float64": ((1 << 17, ("numpy",)),),
                     "float32": ((1 << 18, ("numpy",)),)}
+_NUMPY_FROM_HALF_MIB = {"float64": ((1 << 16, ("numpy",)),),
+                        "float32": ((1 << 17, ("numpy",)),)}
 
 DEFAULTS = {
     "exp": _NUMPY_FROM_1MIB,
@@ -31,6 +33,31 @@ DEFAULTS = {
     "expm1": _NUMPY_FROM_1MIB,
     "erf": {"*": ((1 << 12, ("torch-cpu", "numpy")),)},
     "logsumexp": {"*": ((1, ("numpy",)),)},
+    # Provisional, from a busy 2-core machine: torch where it won by 1.1x or more at 10^4
+    # elements and clearly beyond (sin/cos float64 and hypot 4-13x at 10^6, expit 10x,
+    # erfinv 4-6x); NumPy over threads from about 1 MiB of work (Spec.cost) elsewhere.
+    # square, reciprocal and sqrt are memory-bound: nothing measured beat NumPy's own
+    # loop, so auto leaves them to it.
+    **{name: _NUMPY_FROM_1MIB for name in (
+        "exp2", "log2", "log10", "tan", "arcsin", "arccos", "arctan", "tanh", "power",
+        "arctan2", "logaddexp", "logaddexp2")},
+    **{name: _NUMPY_FROM_HALF_MIB for name in (
+        "cbrt", "sinh", "cosh", "arcsinh", "arccosh", "arctanh", "sinc", "logit", "xlogy",
+        "xlog1py", "log_expit")},
+    **{name: {"*": ((1 << 14, ("numpy",)),)} for name in (
+        "erfc", "erfcinv", "erfcx", "ndtr", "log_ndtr", "gammaln", "digamma")},
+    "sin": {"float64": ((1 << 13, ("torch-cpu", "numpy")),), "float32": _NUMPY_FROM_1MIB["float32"]},
+    "cos": {"float64": ((1 << 13, ("torch-cpu", "numpy")),), "float32": _NUMPY_FROM_1MIB["float32"]},
+    "hypot": {"*": ((1 << 13, ("torch-cpu", "numpy")),)},
+    "float_power": {"*": ((1 << 14, ("torch-cpu", "numpy")),)},
+    "expit": {"*": ((1 << 13, ("torch-cpu", "numpy")),)},
+    "erfinv": {"*": ((1 << 14, ("torch-cpu", "numpy")),)},
+    "ndtri": {"*": ((1 << 14, ("torch-cpu", "numpy")),)},
+    "entr": {"float64": ((1 << 16, ("numpy",)),), "float32": ((1 << 15, ("torch-cpu", "numpy")),)},
+    # softmax: NumPy's passes, in place and over threads along the axes kept
+    "softmax": {"*": ((1 << 16, ("numpy",)),)},
+    "log_softmax": {"*": ((1 << 16, ("numpy",)),)},
+    "i0": {"*": ((1 << 15, ("numpy",)), (1 << 19, ("torch-cpu", "numpy")))},
 }
 
 

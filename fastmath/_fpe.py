@@ -86,20 +86,31 @@ def watched(under: bool = True) -> bool:
             or modes["invalid"] != "ignore" or (under and modes["under"] != "ignore"))
 
 
-def derive(ref, x, out) -> int:
-    """Flags NumPy would raise computing ``ref(x)`` when ``out`` came from a flagless backend.
+def derive(ref, ins, out) -> int:
+    """Flags NumPy would raise computing ``ref(*ins)`` when ``out`` came from a flagless backend.
 
-    Divide-by-zero, overflow and invalid only ever produce inf or nan, and underflow only
-    results below the smallest normal number, so NumPy is re-run on just those elements
-    (usually none) to get its exact flags.
+    Divide-by-zero, overflow and invalid only ever produce inf or nan; underflow only
+    results below the smallest normal number, or inputs below its square root (float32
+    sin and cos of 1e-30 underflow squaring it). So NumPy is re-run on just those elements (usually none) to
+    get its exact flags. ``ins`` holds the inputs, already broadcast against ``out``.
     """
+    suspect = suspects(ins, out)
+    if suspect is None:
+        return 0
+    return recorded(ref, *(np.broadcast_to(x, out.shape)[suspect] for x in ins))
+
+
+def suspects(ins, out):
+    """The mask of elements whose FP flags matter under the current error state, or None."""
     modes = np.geterr()
     under = modes["under"] != "ignore"
     if not watched(under):
-        return 0
+        return None
     suspect = ~np.isfinite(out)
-    if under:
+    if under and out.dtype.kind in "fc":
         suspect |= np.abs(out) < np.finfo(out.dtype).tiny
-    if not suspect.any():
-        return 0
-    return recorded(ref, np.broadcast_to(x, out.shape)[suspect])
+        for x in ins:
+            if x.dtype.kind in "fc":
+                ax = np.abs(x)
+                suspect |= (ax < np.sqrt(np.finfo(x.dtype).tiny)) & (ax != 0)
+    return suspect if suspect.any() else None

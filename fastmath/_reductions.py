@@ -1,4 +1,4 @@
-"""Reduction front ends with SciPy's semantics: logsumexp.
+"""Reduction front ends with SciPy's semantics: logsumexp, softmax, log_softmax.
 
 The front end resolves dtypes, axes and weights as scipy.special.logsumexp does; a backend
 computes only SciPy's (M, m, s) decomposition over the reduced axes (see
@@ -143,3 +143,63 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     if return_sign:
         return out, (sgn[()] if sgn.ndim == 0 else sgn)
     return out
+
+
+# --- softmax, log_softmax ----------------------------------------------------------------
+# A backend kernel ``k(x, axes, out)`` writes SciPy's result for a finite-or-not float
+# array into ``out``, with every FP error ignored; when the error state watches any and
+# the result is not all finite (where SciPy's subtract, exp or log may have warned), the
+# reference is run instead, so its own warnings, exceptions and values are what the user
+# gets.
+
+
+def _softmax_front(name):
+    spec = BY_NAME[name]
+    cell = []
+
+    def ref(*args, **kwargs):
+        if not cell:
+            cell.append(spec.reference())
+        return cell[0](*args, **kwargs)
+
+    def front(x, axis=None):
+        if type(x) not in _ARRAYS:
+            return ref(x, axis=axis)
+        try:
+            xa = np.asarray(x)
+        except Exception:
+            return ref(x, axis=axis)
+        if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
+            return ref(x, axis=axis)
+        chain = _selection.plan(spec, xa.dtype.name, xa.size)
+        if not chain:
+            return ref(x, axis=axis)
+        try:
+            axes = _normalize_axes(axis, xa.ndim)
+        except (TypeError, ValueError, np.exceptions.AxisError):
+            return ref(x, axis=axis)
+        if len(set(axes)) != len(axes):
+            return ref(x, axis=axis)
+        out = np.empty_like(xa)
+        explicit = _selection.current()
+        for backend_name, kernel in chain:
+            if backend_name != explicit and explicit != "auto" and _selection.strict():
+                raise _selection.FallbackError(
+                    f"backend {explicit!r} cannot run {name} on this {xa.dtype} input, and "
+                    f"FASTMATH_STRICT=1 forbids falling back to {backend_name}")
+            if kernel(xa, axes, out) is not NotImplemented:
+                break
+        from ._fpe import watched
+        if watched() and not np.isfinite(out).all():
+            return ref(x, axis=axis)
+        return out
+
+    front.__name__ = front.__qualname__ = name
+    front.__doc__ = (f"Same signature, dtypes and results as :func:`scipy.special.{name}` "
+                     "(within the bound documented for each backend), computed by the "
+                     "backend fastmath selects.")
+    return front
+
+
+softmax = _softmax_front("softmax")
+log_softmax = _softmax_front("log_softmax")

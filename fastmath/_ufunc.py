@@ -167,32 +167,36 @@ class Ufunc:
             if xin is not o and np.may_share_memory(xin, o):
                 xin = xin.copy()  # a partial overlap: NumPy buffers the same way
         if mask is None:
-            self._run(chain, xin, res)
+            self._run(chain, (xin,), res)
         elif mask.any():
             part = np.empty(int(np.count_nonzero(mask)), out_dt)
-            self._run(chain, xin[mask], part)
+            self._run(chain, (xin[mask],), part)
             res[mask] = part
         if out is None:
             return res[()] if res.ndim == 0 else res
         return o
 
-    def _run(self, chain, xin, res):
+    def _run(self, chain, ins, res):
+        """Run the first kernel of ``chain`` that takes ``kernel(*ins, res)``."""
         explicit = _current()
         for name, kernel in chain:
             if name != explicit and explicit != "auto" and _selection.strict():
                 raise _selection.FallbackError(
-                    f"backend {explicit!r} cannot run {self.__name__} on this {xin.dtype} "
+                    f"backend {explicit!r} cannot run {self.__name__} on this {ins[0].dtype} "
                     f"input, and FASTMATH_STRICT=1 forbids falling back to {name}")
-            status = kernel(xin, res)
+            status = kernel(*ins, res)
             if status is NotImplemented:
                 continue
             if status is HANDLED:
                 return
             if status == UNCHECKED:
-                status = _fpe.derive(self.reference, xin, res) if self._spec.fpe else 0
+                status = self._derive(ins, res) if self._spec.fpe else 0
             _fpe.report(self.__name__, status)
             return
         raise AssertionError("the numpy backend ends every chain and never declines")
+
+    def _derive(self, ins, res):
+        return _fpe.derive(self.reference, ins, res)
 
 
 def _lookup(name):

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _parallel
 from .._fpe import recorded
-from . import HANDLED
+from . import HANDLED, UNCHECKED
 
 # A thread handoff costs about 50 us on the reference machine: below about 1 MiB of
 # input to numpy's exp (about 120 us of work) one thread is faster. Costlier functions
@@ -29,10 +29,12 @@ class NumpyBackend:
         return None
 
     def kernel(self, spec):
-        if spec.kind == "unary":
-            return _Unary(spec.reference(), PARALLEL_MIN_BYTES / spec.cost)
+        if spec.kind in _KERNELS:
+            return _KERNELS[spec.kind](spec.reference(), PARALLEL_MIN_BYTES / spec.cost)
         if spec.kind == "logsumexp":
             return lse_partial
+        if spec.kind == "softmax":
+            return _Softmax(spec.name == "log_softmax")
         return None
 
 
@@ -43,20 +45,81 @@ class _Unary:
         self.ufunc = ufunc
         self.min_bytes = min_bytes
 
-    def __call__(self, x, out):
-        parts = _parallel.threads() if out.size * x.itemsize >= self.min_bytes else 1
+    def __call__(self, *ins):
+        out = ins[-1]
+        parts = _parallel.threads() if out.size * out.itemsize >= self.min_bytes else 1
         if parts < 2:
-            self.ufunc(x, out=out)
+            self.ufunc(*ins[:-1], out=out)
             return HANDLED
-        if x.shape != out.shape:
-            x = np.broadcast_to(x, out.shape)
         ufunc = self.ufunc
-        tasks = [lambda xs=xs, os=os: recorded(ufunc, xs, out=os)
-                 for xs, os in _parallel.chunk_views((x, out), parts)]
+        # chunks follow the output's layout; inputs may be broadcast views
+        views = _parallel.chunk_views((out,) + tuple(
+            x if x.shape == out.shape else np.broadcast_to(x, out.shape) for x in ins[:-1]), parts)
+        tasks = [lambda v=v: recorded(ufunc, *v[1:], out=v[0]) for v in views]
         flags = 0
         for f in _parallel.run(tasks):
             flags |= f
         return flags
+
+
+class _Elementwise(_Unary):
+    """A plain NumPy function (no ``out=``): each chunk's result is copied into place."""
+
+    def __call__(self, x, out):
+        parts = _parallel.threads() if out.size * out.itemsize >= self.min_bytes else 1
+        fn = self.ufunc
+
+        def task(xs, os):
+            with np.errstate(all="ignore"):  # the front end re-runs the reference to report
+                os[...] = fn(xs)
+        if parts < 2:
+            task(x, out)
+        else:
+            _parallel.run([lambda v=v: task(*v) for v in _parallel.chunk_views((x, out), parts)])
+        return UNCHECKED
+
+
+class _Softmax:
+    """SciPy's softmax/log_softmax formulas, over blocks of the axes they keep.
+
+    Each block is the very computation SciPy does on its slice, so the results are
+    SciPy's; with all axes reduced (SciPy's default) it runs as one block.
+    """
+
+    __slots__ = ("log",)
+
+    def __init__(self, log):
+        self.log = log
+
+    def block(self, x, axes, out):
+        with np.errstate(all="ignore"):
+            m = np.max(x, axis=axes, keepdims=True)
+            if self.log:
+                m[~np.isfinite(m)] = 0
+            np.subtract(x, m, out=out)
+            if self.log:
+                s = np.log(np.sum(np.exp(out), axis=axes, keepdims=True))
+                np.subtract(out, s, out=out)
+            else:
+                np.exp(out, out=out)
+                np.divide(out, np.sum(out, axis=axes, keepdims=True), out=out)
+
+    def __call__(self, x, axes, out):
+        kept = [a for a in range(x.ndim) if a not in axes and x.shape[a] > 1]
+        parts = _parallel.threads() if x.nbytes * 4 >= PARALLEL_MIN_BYTES else 1
+        if parts < 2 or not kept:
+            self.block(x, axes, out)
+            return HANDLED
+        axis = max(kept, key=lambda a: x.shape[a])
+        tasks = []
+        for i, j in _parallel.bounds(x.shape[axis], min(parts, x.shape[axis])):
+            index = (slice(None),) * axis + (slice(i, j),)
+            tasks.append(lambda index=index: self.block(x[index], axes, out[index]))
+        _parallel.run(tasks)
+        return HANDLED
+
+
+_KERNELS = {"unary": _Unary, "binary": _Unary, "elementwise": _Elementwise}
 
 
 # --- logsumexp -------------------------------------------------------------------------

@@ -94,9 +94,14 @@ class TorchBackend:
         for part in name.split("."):
             fn = getattr(fn, part)
         if self.streamed:
-            return _Streamed(self.stream_device, fn, spec)
-        if spec.kind == "unary":
+            # the pipeline streams one input; two-input kinds stay on the CPU for now
+            if spec.kind in ("unary", "elementwise", "logsumexp"):
+                return _Streamed(self.stream_device, fn, spec)
+            return None
+        if spec.kind in ("unary", "elementwise"):
             return _Unary(fn)
+        if spec.kind == "binary":
+            return _Binary(fn)
         if spec.kind == "logsumexp":
             return lse_partial
         return None
@@ -136,7 +141,7 @@ class _Streamed:
             ref = self.spec.reference()
 
             def suspect(xb, ob):
-                flags[0] |= _fpe.derive(ref, xb, ob)
+                flags[0] |= _fpe.derive(ref, (xb,), ob)
         try:
             _stream.unary(self.dev, self.fn, x, out, suspect)
         except RuntimeError as e:  # torch's device errors, out-of-memory included
@@ -179,6 +184,21 @@ class _Unary:
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x), out=tensor(out))
+        return UNCHECKED
+
+
+class _Binary:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x1, x2, out):
+        if (x1.dtype not in _FLOATS or x2.dtype != x1.dtype or not takes(x1)
+                or not takes(x2)):
+            return NotImplemented
+        with _torch.inference_mode():
+            self.fn(tensor(x1), tensor(x2), out=tensor(out))
         return UNCHECKED
 
 

@@ -1,0 +1,48 @@
+"""The front end for plain NumPy functions that map each element on its own (sinc, i0).
+
+These are not ufuncs in NumPy: they take one argument, no ``out=`` or ``where=``, and
+their quirks (``i0`` of a scalar is a 0-d array, ``sinc`` of float16 is float16, ``i0``
+rejects complex) are theirs. So fastmath takes over only the case it can match exactly,
+a floating ndarray of at least one dimension whose result has the input's dtype, and
+hands everything else to the reference. Floating-point errors are left to the reference
+too: when the error state watches any, it is re-run on the elements that may raise
+them, in the caller's thread, and warns or raises with its own messages.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _fpe, _selection
+from ._ufunc import Ufunc
+
+_ndarray = np.ndarray
+_scoped_get = _selection._scoped.get
+_state = _selection.state
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class Function(Ufunc):
+    """A NumPy-compatible elementwise function that runs on the backend fastmath selects."""
+
+    def __call__(self, x):
+        if type(x) is not _ndarray or x.ndim == 0 or x.dtype not in _FLOATS:
+            return self._ref(x)
+        if x.size < self._small:
+            scoped = _scoped_get()
+            if (_state.default if scoped is None else scoped) == "auto":
+                return self._ref(x)
+        chain = _selection.plan(self._spec, x.dtype.name, x.size)
+        if not chain or x.size == 0:
+            return self._ref(x)
+        res = np.empty_like(x)
+        self._run(chain, (x,), res)
+        return res
+
+    def __repr__(self):
+        return f"<fastmath function {self.__name__!r} (accelerated {self._spec.ref.replace(':', '.')})>"
+
+    def _derive(self, ins, res):
+        suspect = _fpe.suspects(ins, res)
+        if suspect is not None:
+            self.reference(ins[0][suspect])  # NumPy reports its own errors
+        return 0
