@@ -210,7 +210,7 @@ def test_fault_mid_stream_leaves_output_whole_and_pool_usable():
     kernel = tb._Streamed(dev, Faulty(5), spec)
     chain = (("torch-cuda", kernel), ("numpy", backends.get("numpy").kernel(spec)))
     with pytest.warns(RuntimeWarning, match="illegal memory access"):
-        fastmath.exp._run(chain, x, out)
+        fastmath.exp._run(chain, (x,), out)
     assert_same(out, np.exp(x))  # numpy rewrote every element after the decline
     assert kernel.fn.calls == 6
     # every buffer came back, and the next call runs on them
