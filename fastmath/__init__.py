@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as _np
 
 from . import _registry
+from ._patch import patch
 from ._reductions import logsumexp
 from ._selection import (FallbackError, available_backends, backend, get_backend,
                          set_backend)
@@ -27,7 +28,7 @@ del _spec
 
 # fastmath's own names; everything else resolves to numpy.
 _OWN = ("set_backend", "get_backend", "backend", "available_backends", "info",
-        "FallbackError", "special", "Ufunc", "__version__")
+        "FallbackError", "special", "Ufunc", "accelerate", "patch", "__version__")
 _SUBMODULES = ("special",)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
+from .._np import np
 
 from .. import _config
 from . import UNCHECKED
