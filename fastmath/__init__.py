@@ -14,6 +14,7 @@ import numpy as _np
 
 from . import _registry
 from ._patch import patch
+from .accelerate import accelerate
 from ._reductions import logsumexp
 from ._selection import (FallbackError, available_backends, backend, get_backend,
                          set_backend)
