@@ -69,6 +69,12 @@ class Ufunc:
         return getattr(self.reference, name)
 
     @property
+    def __class__(self):
+        # isinstance(fastmath.exp, numpy.ufunc) is True, as code that dispatches on
+        # ufuncs expects (numpy.ufunc cannot be subclassed); type() is still Ufunc.
+        return np.ufunc
+
+    @property
     def __doc__(self):
         return self.reference.__doc__
 
