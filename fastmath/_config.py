@@ -32,19 +32,22 @@ class Config:
     log: str | None = None
     # variable name -> the raw value it was read from, for ``fastmath info``
     sources: dict = field(default_factory=dict)
+    # variable name -> why its value was not used (the default was used instead)
+    ignored: dict = field(default_factory=dict)
 
 
 class ConfigWarning(UserWarning):
     """A FASTMATH_* variable had a value fastmath could not use."""
 
 
-def _warn(var: str, value: str, problem: str, fix: str) -> None:
-    warnings.warn(f"{var}={value!r} {problem}; {fix}", ConfigWarning, stacklevel=3)
-
-
 def read(environ=None) -> Config:
     env = os.environ if environ is None else environ
     kw: dict = {}
+    ignored: dict = {}
+
+    def _warn(var: str, value: str, problem: str, fix: str) -> None:
+        ignored[var] = problem
+        warnings.warn(f"{var}={value!r} {problem}; {fix}", ConfigWarning, stacklevel=3)
     sources = {k: v for k, v in env.items() if k.startswith("FASTMATH_")}
 
     raw = env.get("FASTMATH_BACKEND")
@@ -83,7 +86,7 @@ def read(environ=None) -> Config:
     if raw:
         kw["log"] = raw.strip().lower()
 
-    return Config(sources=sources, **kw)
+    return Config(sources=sources, ignored=ignored, **kw)
 
 
 _current = read()
