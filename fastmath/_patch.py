@@ -9,7 +9,7 @@ nothing but the module attributes is touched.
 
 Patches nest and repeat: one process-wide count decides, so the originals come back,
 identical objects, when the last active patch ends, exception or not. fastmath's own code
-never sees the swap: it reads NumPy through ``fastmath._np``, and every reference is
+never sees the swap: it reads NumPy through ``fastmath._numpy``, and every reference is
 resolved (``Spec.reference``) before the first swap.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ arguments) is SciPy's to answer.
 """
 from __future__ import annotations
 
-from ._np import np
+from ._numpy import np
 
 from . import _selection
 from ._registry import BY_NAME

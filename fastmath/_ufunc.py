@@ -15,7 +15,7 @@ A call is handled in this order:
 """
 from __future__ import annotations
 
-from ._np import np
+from ._numpy import np
 
 from . import _fpe, _selection
 from .backends import HANDLED, UNCHECKED

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from .._np import np
+from .._numpy import np
 
 from .. import _config
 from . import UNCHECKED
