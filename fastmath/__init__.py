@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as _np
 
 from . import _registry
+from ._patch import patch
+from .accelerate import accelerate
 from ._reductions import log_softmax, logsumexp, softmax
 from ._selection import (FallbackError, available_backends, backend, get_backend,
                          set_backend)
@@ -31,7 +33,7 @@ psi = digamma  # noqa: F821 - scipy.special.psi is digamma itself
 
 # fastmath's own names; everything else resolves to numpy.
 _OWN = ("set_backend", "get_backend", "backend", "available_backends", "info",
-        "FallbackError", "special", "Ufunc", "__version__")
+        "FallbackError", "special", "Ufunc", "accelerate", "patch", "__version__")
 _SUBMODULES = ("special",)
 
 

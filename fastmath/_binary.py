@@ -10,7 +10,7 @@ object dtypes, subclasses, NumPy 1.x scalar promotion) is the reference's to ans
 """
 from __future__ import annotations
 
-import numpy as np
+from ._numpy import np
 
 from . import _selection
 from ._ufunc import _KEYWORDS, _NUMERIC, _ORDERS, Ufunc

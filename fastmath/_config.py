@@ -33,19 +33,22 @@ class Config:
     cuda_memory: int | None = None  # bytes the CUDA pipeline may hold; None: its default
     # variable name -> the raw value it was read from, for ``fastmath info``
     sources: dict = field(default_factory=dict)
+    # variable name -> why its value was not used (the default was used instead)
+    ignored: dict = field(default_factory=dict)
 
 
 class ConfigWarning(UserWarning):
     """A FASTMATH_* variable had a value fastmath could not use."""
 
 
-def _warn(var: str, value: str, problem: str, fix: str) -> None:
-    warnings.warn(f"{var}={value!r} {problem}; {fix}", ConfigWarning, stacklevel=3)
-
-
 def read(environ=None) -> Config:
     env = os.environ if environ is None else environ
     kw: dict = {}
+    ignored: dict = {}
+
+    def _warn(var: str, value: str, problem: str, fix: str) -> None:
+        ignored[var] = problem
+        warnings.warn(f"{var}={value!r} {problem}; {fix}", ConfigWarning, stacklevel=3)
     sources = {k: v for k, v in env.items() if k.startswith("FASTMATH_")}
 
     raw = env.get("FASTMATH_BACKEND")
@@ -93,7 +96,7 @@ def read(environ=None) -> Config:
         else:
             kw["cuda_memory"] = n
 
-    return Config(sources=sources, **kw)
+    return Config(sources=sources, ignored=ignored, **kw)
 
 
 MIN_CUDA_MEMORY = 1 << 20

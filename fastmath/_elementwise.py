@@ -10,7 +10,7 @@ them, in the caller's thread, and warns or raises with its own messages.
 """
 from __future__ import annotations
 
-import numpy as np
+from ._numpy import np
 
 from . import _fpe, _selection
 from ._ufunc import Ufunc

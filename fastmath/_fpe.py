@@ -12,7 +12,7 @@ import os
 import sys
 import warnings
 
-import numpy as np
+from ._numpy import np
 
 DIVIDE, OVER, UNDER, INVALID = 1, 2, 4, 8
 _CATEGORIES = (

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import sys
 
@@ -13,6 +14,36 @@ def _version(dist):
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _setting(cfg, var, value, default_source):
+    """(value, where it came from) for one setting read from ``var``."""
+    raw = cfg.sources.get(var)
+    if raw is None:
+        return {"value": value, "source": default_source}
+    if var in cfg.ignored:
+        return {"value": value, "source": f"{default_source}; {var}={raw!r} ignored: "
+                                          f"{cfg.ignored[var]}"}
+    return {"value": value, "source": f"{var}={raw}"}
+
+
+def settings(cfg) -> dict:
+    """Every setting a job script can make by environment variable, and its source."""
+    default = _selection.state.default
+    backend = _setting(cfg, "FASTMATH_BACKEND", default, "default")
+    if default != cfg.backend:
+        backend["source"] = "set_backend()"
+    calibration = _setting(cfg, "FASTMATH_CALIBRATION", cfg.calibration,
+                           "default: built-in crossovers")
+    if cfg.calibration is not None and not os.path.exists(cfg.calibration):
+        calibration["source"] += " (no such file)"
+    return {
+        "backend": backend,
+        "threads": _setting(cfg, "FASTMATH_NUM_THREADS", cfg.num_threads,
+                            "default: the cores this process may use"),
+        "strict": _setting(cfg, "FASTMATH_STRICT", cfg.strict, "default"),
+        "calibration": calibration,
+    }
 
 
 def collect() -> dict:
@@ -34,6 +65,7 @@ def collect() -> dict:
         "selection": {"backend": sel, "source": source},
         "config": {"strict": cfg.strict, "calibration": cfg.calibration,
                    "environment": dict(cfg.sources)},
+        "settings": settings(cfg),
     }
 
 
@@ -45,7 +77,8 @@ def render(d: dict) -> str:
     lines += [f"  {k:<11} {v}" for k, v in d["backends"].items()]
     lines += ["", f"threads:   {d['threads']}",
               f"selection: {d['selection']['backend']} ({d['selection']['source']})",
-              f"strict:    {d['config']['strict']}"]
+              f"strict:    {d['config']['strict']}", "", "settings:"]
+    lines += [f"  {k:<11} {v['value']}  ({v['source']})" for k, v in d["settings"].items()]
     env = d["config"]["environment"]
     lines.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
     return "\n".join(lines)

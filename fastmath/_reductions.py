@@ -9,7 +9,7 @@ arguments) is SciPy's to answer.
 """
 from __future__ import annotations
 
-import numpy as np
+from ._numpy import np
 
 from . import _selection
 from . import dask as _dask

@@ -28,9 +28,20 @@ class Spec:
     cost: float = 1.0  # time per byte of input relative to numpy's exp, for chunking
 
     def reference(self):
-        """The NumPy/SciPy object this function mirrors (imported on first use)."""
-        module, _, attr = self.ref.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        """The NumPy/SciPy object this function mirrors (imported on first use).
+
+        Resolved once and kept: while fastmath.patch() is active the module attribute is
+        fastmath's own function, and a reference looked up then would call itself.
+        """
+        try:
+            return _originals[self.ref]
+        except KeyError:
+            module, _, attr = self.ref.partition(":")
+            obj = _originals[self.ref] = getattr(importlib.import_module(module), attr)
+            return obj
+
+
+_originals: dict = {}  # Spec.ref -> the NumPy/SciPy object, resolved before any patch
 
 
 # Bounds are measured (tests/test_parity.py holds them to it) over wide samples of each

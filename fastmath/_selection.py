@@ -127,8 +127,7 @@ class backend:
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def gen_wrapper(*args, **kwargs):
-                with backend(self.name):
-                    return (yield from fn(*args, **kwargs))
+                return (yield from _scoped_steps(fn(*args, **kwargs), self.name))
             return gen_wrapper
 
         @functools.wraps(fn)
@@ -139,6 +138,34 @@ class backend:
 
     def __repr__(self):
         return f"fastmath.backend({self.name!r})"
+
+
+def _scoped_steps(gen, name):
+    """Run ``gen`` with backend ``name`` in force only while the generator itself runs.
+
+    A ``with`` block around ``yield from`` would leave the scope set in the caller's
+    context each time the generator is suspended.
+    """
+    message, step = None, gen.send
+    while True:
+        token = _scoped.set(name)
+        try:
+            item = step(message)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            _scoped.reset(token)
+        try:
+            message, step = (yield item), gen.send
+        except GeneratorExit:
+            token = _scoped.set(name)
+            try:
+                gen.close()
+            finally:
+                _scoped.reset(token)
+            raise
+        except BaseException as exc:
+            message, step = exc, gen.throw
 
 
 def _warn_once(key, message):

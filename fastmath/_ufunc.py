@@ -15,7 +15,7 @@ A call is handled in this order:
 """
 from __future__ import annotations
 
-import numpy as np
+from ._numpy import np
 
 from . import _fpe, _native, _selection
 from . import dask as _dask
@@ -68,6 +68,12 @@ class Ufunc:
         if name.startswith("__") or name in ("_ref", "_spec", "_small", "_resolved"):
             raise AttributeError(name)
         return getattr(self.reference, name)
+
+    @property
+    def __class__(self):
+        # isinstance(fastmath.exp, numpy.ufunc) is True, as code that dispatches on
+        # ufuncs expects (numpy.ufunc cannot be subclassed); type() is still Ufunc.
+        return np.ufunc
 
     @property
     def __doc__(self):

@@ -26,7 +26,7 @@ import logging
 import sys
 import threading
 
-import numpy as np
+from ._numpy import np
 
 from . import _selection, backends
 

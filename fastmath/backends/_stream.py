@@ -20,7 +20,7 @@ import contextlib
 import itertools
 import threading
 
-import numpy as np
+from .._numpy import np
 
 from .. import _config, _parallel
 

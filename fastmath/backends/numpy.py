@@ -6,7 +6,7 @@ the calling thread with no pool at all.
 """
 from __future__ import annotations
 
-import numpy as np
+from .._numpy import np
 
 from .. import _parallel
 from .._fpe import recorded

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
+from .._numpy import np
 
 import warnings
 

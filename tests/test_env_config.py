@@ -1,0 +1,67 @@
+"""Configuration by environment variable, as a job script sets it, and what
+``python -m fastmath info`` reports about where each setting came from."""
+import json
+import os
+import subprocess
+import sys
+
+VARS = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_CALIBRATION")
+
+
+def info(*args, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
+    r = subprocess.run([sys.executable, "-m", "fastmath", "info", *args], capture_output=True,
+                       text=True, timeout=120, env={**clean, **env})
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_defaults_say_they_are_defaults():
+    s = json.loads(info("--json").stdout)["settings"]
+    assert s["backend"] == {"value": "auto", "source": "default"}
+    assert s["threads"]["value"] == len(os.sched_getaffinity(0))
+    assert s["threads"]["source"].startswith("default")
+    assert s["strict"] == {"value": False, "source": "default"}
+    assert s["calibration"]["value"] is None
+
+
+def test_every_variable_is_read_and_attributed(tmp_path):
+    cal = tmp_path / "cal.json"
+    cal.write_text("{}")
+    env = {"FASTMATH_BACKEND": "numpy", "FASTMATH_NUM_THREADS": "3",
+           "FASTMATH_STRICT": "1", "FASTMATH_CALIBRATION": str(cal)}
+    d = json.loads(info("--json", **env).stdout)
+    s = d["settings"]
+    assert s["backend"] == {"value": "numpy", "source": "FASTMATH_BACKEND=numpy"}
+    assert s["threads"] == {"value": 3, "source": "FASTMATH_NUM_THREADS=3"}
+    assert s["strict"] == {"value": True, "source": "FASTMATH_STRICT=1"}
+    assert s["calibration"] == {"value": str(cal), "source": f"FASTMATH_CALIBRATION={cal}"}
+    assert d["threads"] == 3 and d["selection"]["backend"] == "numpy"
+    text = info(**env).stdout
+    for var in VARS:
+        assert f"{var}={env[var]}" in text.split("settings:")[1], var
+
+
+def test_bad_values_warn_and_say_so():
+    env = {"FASTMATH_BACKEND": "fastest", "FASTMATH_NUM_THREADS": "many",
+           "FASTMATH_STRICT": "perhaps", "FASTMATH_CALIBRATION": "/nonexistent/cal.json"}
+    r = info("--json", **env)
+    for var in ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT"):
+        assert var in r.stderr  # the ConfigWarning names the variable
+    s = json.loads(r.stdout)["settings"]
+    assert s["backend"]["value"] == "auto"
+    assert "FASTMATH_BACKEND='fastest' ignored: is not a backend" in s["backend"]["source"]
+    assert s["threads"]["value"] == len(os.sched_getaffinity(0))
+    assert "FASTMATH_NUM_THREADS='many' ignored" in s["threads"]["source"]
+    assert s["strict"]["value"] is False and "ignored" in s["strict"]["source"]
+    assert "no such file" in s["calibration"]["source"]
+
+
+def test_set_backend_is_attributed_over_the_variable():
+    code = ("import fastmath; fastmath.set_backend('numpy');"
+            "print(fastmath.info()['settings']['backend'])")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env={**clean, "FASTMATH_BACKEND": "torch-cpu"})
+    assert r.returncode == 0, r.stderr
+    assert "'source': 'set_backend()'" in r.stdout

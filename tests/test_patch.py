@@ -1,0 +1,188 @@
+"""fastmath.patch(): fastmath's functions swapped into numpy and scipy.special, process-wide,
+and the very same original objects back afterwards."""
+import importlib
+import sys
+import textwrap
+import threading
+
+import numpy
+import pytest
+import scipy.special
+
+import fastmath
+from fastmath import _registry
+from fastmath._ufunc import Ufunc
+
+from conftest import BACKENDS, assert_same
+
+
+def _swapped():
+    """(module, attribute, original object, fastmath's object) for every registry row."""
+    rows = []
+    for spec in _registry.ROWS:
+        module_name, _, attr = spec.ref.partition(":")
+        rows.append((importlib.import_module(module_name), attr, spec.reference(),
+                     getattr(fastmath, spec.name)))
+    return rows
+
+
+ROWS = _swapped()
+
+
+def assert_original():
+    assert not fastmath.patch.active()
+    for module, attr, original, _ in ROWS:
+        assert getattr(module, attr) is original, (module.__name__, attr)
+
+
+def assert_patched():
+    assert fastmath.patch.active()
+    for module, attr, _, ours in ROWS:
+        assert getattr(module, attr) is ours, (module.__name__, attr)
+
+
+def test_swaps_every_accelerated_function_and_restores_the_same_objects():
+    assert {(m.__name__, a) for m, a, _, _ in ROWS} >= {
+        ("numpy", "exp"), ("numpy", "log"), ("numpy", "log1p"), ("numpy", "expm1"),
+        ("scipy.special", "erf"), ("scipy.special", "logsumexp")}
+    assert_original()
+    with fastmath.patch() as p:
+        assert isinstance(p, fastmath.patch)
+        assert_patched()
+        assert numpy.exp is fastmath.exp and scipy.special.erf is fastmath.erf
+    assert_original()
+
+
+def test_restores_after_an_exception():
+    with pytest.raises(ZeroDivisionError):
+        with fastmath.patch():
+            assert_patched()
+            1 / 0
+    assert_original()
+
+
+def test_nested_and_repeated_use():
+    with fastmath.patch():
+        with fastmath.patch():
+            assert_patched()
+        assert_patched()  # the outer block is still active
+        p = fastmath.patch()
+        with p:
+            with p:  # the same object, entered twice
+                assert_patched()
+        assert_patched()
+    assert_original()
+    for _ in range(3):
+        with fastmath.patch():
+            assert_patched()
+        assert_original()
+
+
+def test_start_stop_and_decorator():
+    fastmath.patch.start()
+    try:
+        assert_patched()
+        fastmath.patch.start()
+        fastmath.patch.stop()
+        assert_patched()
+    finally:
+        fastmath.patch.stop()
+    assert_original()
+    with pytest.raises(RuntimeError, match="no active patch"):
+        fastmath.patch.stop()
+
+    @fastmath.patch()
+    def inside():
+        return numpy.exp is fastmath.exp
+
+    assert inside() is True
+    assert_original()
+
+
+def test_other_threads_see_the_patch():
+    seen = []
+    with fastmath.patch():
+        t = threading.Thread(target=lambda: seen.append(numpy.log1p is fastmath.log1p))
+        t.start()
+        t.join()
+    assert seen == [True]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fastmath_still_computes_with_the_originals_while_patched(backend):
+    # fastmath's own kernels call NumPy (logsumexp's finishing step, the numpy backend's
+    # loops): while patched they must reach NumPy's functions, not fastmath's again, so
+    # the results are the very same as outside the patch.
+    rng = numpy.random.default_rng(0)
+    x = rng.normal(size=300_000) * 20
+    cases = [(fastmath.exp, (x,)), (fastmath.log1p, (numpy.abs(x),)), (fastmath.erf, (x / 20,)),
+             (fastmath.logsumexp, (x,)), (fastmath.logsumexp, (x.reshape(600, 500),)),
+             (fastmath.logsumexp, (x[:7],))]
+    with fastmath.backend(backend):
+        outside = [f(*args) for f, args in cases]
+        with fastmath.patch():
+            for spec in _registry.ROWS:
+                assert not isinstance(spec.reference(), Ufunc)
+            inside = [f(*args) for f, args in cases]
+            via_scipy = scipy.special.logsumexp(x)
+    for got, expected in zip(inside, outside):
+        assert_same(got, expected)
+    assert_same(via_scipy, outside[3])
+
+
+def _kernel_calls(fn):
+    """The names of the fastmath functions whose kernels ran while ``fn()`` ran."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is Ufunc._run.__code__:
+            seen.append(frame.f_locals["self"].__name__)
+
+    sys.setprofile(profile)
+    try:
+        result = fn()
+    finally:
+        sys.setprofile(None)
+    return result, seen
+
+
+def test_pandas_code_runs_through_fastmath():
+    pd = pytest.importorskip("pandas")
+    x = numpy.linspace(0.0, 3.0, 11)
+
+    def pandas_code():  # pandas' python engine looks up numpy.exp/log1p at call time
+        return pd.eval("exp(x) + log1p(x)", engine="python", local_dict={"x": x})
+
+    expected = numpy.exp(x) + numpy.log1p(x)
+    with fastmath.patch(), fastmath.backend("numpy"):
+        got, calls = _kernel_calls(pandas_code)
+    assert sorted(calls) == ["exp", "log1p"]
+    assert_same(got, expected)
+    got, calls = _kernel_calls(pandas_code)
+    assert calls == []
+    assert_same(got, expected)
+
+
+def test_a_third_party_module(tmp_path, monkeypatch):
+    # What patch() can and cannot reach: a look-up at call time is rerouted, a name bound
+    # at import time is not.
+    (tmp_path / "thirdparty_mod.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from numpy import exp as bound_exp
+
+        def softplus(x):
+            return np.log1p(np.exp(x))
+
+        def early(x):
+            return bound_exp(x)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import thirdparty_mod
+
+    x = numpy.linspace(-5, 5, 9)
+    with fastmath.patch(), fastmath.backend("numpy"):
+        got, calls = _kernel_calls(lambda: thirdparty_mod.softplus(x))
+        _, early_calls = _kernel_calls(lambda: thirdparty_mod.early(x))
+    assert calls == ["exp", "log1p"]
+    assert early_calls == []
+    assert_same(got, numpy.log1p(numpy.exp(x)))

@@ -1,0 +1,99 @@
+"""pytest plugin for tests/test_upstream.py: NumPy's and SciPy's own tests, with fastmath in.
+
+Loaded into a separate pytest process (``-p upstream_plugin``). It keeps only the tests
+that concern fastmath's functions (``SELECT``), and with FASTMATH_UPSTREAM=patch it swaps
+fastmath in before any test module is imported, so that ``np.exp`` and names bound at
+import (``from scipy.special import erf, logsumexp``) are fastmath's. NumPy's tests also
+call its internal ``numpy._core.umath`` directly; those names are swapped too. Each
+test's outcome goes to the JSON file named by FASTMATH_UPSTREAM_REPORT.
+"""
+import importlib
+import json
+import os
+import re
+
+# test file -> which of its tests concern the accelerated functions (by test name)
+SELECT = {
+    "test_umath.py": re.compile(r"exp|log"),
+    "test_umath_accuracy.py": re.compile(r""),
+    "test_logsumexp.py": re.compile(r""),
+    "test_basic.py": re.compile(r"(?<!ov)erf(?!inv|cinv|cx|i|low)"),
+    "test_data.py": re.compile(r"(?<!ov)erf(?!inv|cinv|cx|i|low)"),
+}
+_results: dict = {}
+_internal: list = []  # (module, attribute, original) swapped besides fastmath.patch()
+
+
+def _patch_internal():
+    import fastmath
+    from fastmath import _registry
+
+    umath = importlib.import_module("numpy._core.umath")
+    for spec in _registry.ROWS:
+        module, _, attr = spec.ref.partition(":")
+        if module == "numpy" and getattr(umath, attr, None) is spec.reference():
+            _internal.append((umath, attr, spec.reference()))
+            setattr(umath, attr, getattr(fastmath, spec.name))
+
+
+def _register_capabilities():
+    # SciPy's test decorators look a function up in SciPy's array-API capability table,
+    # keyed by SciPy's own function object: give fastmath's function the same entry.
+    import fastmath
+    from fastmath import _registry
+    from scipy._lib._array_api import xp_capabilities_table as table
+
+    for spec in _registry.ROWS:
+        if spec.reference() in table:
+            table[getattr(fastmath, spec.name)] = table[spec.reference()]
+
+
+def pytest_configure(config):
+    if os.environ.get("FASTMATH_UPSTREAM") == "patch":
+        import fastmath
+
+        fastmath.patch.start()
+        _patch_internal()
+        _register_capabilities()
+
+
+def pytest_unconfigure(config):
+    while _internal:
+        module, attr, original = _internal.pop()
+        setattr(module, attr, original)
+    if os.environ.get("FASTMATH_UPSTREAM") == "patch":
+        import fastmath
+
+        fastmath.patch.stop()
+    path = os.environ.get("FASTMATH_UPSTREAM_REPORT")
+    if path:
+        from fastmath import _selection
+
+        # which (backend, function, dtype) plans fastmath built: proof that it ran
+        plans = sorted("/".join(key) for key in _selection._plans)
+        with open(path, "w") as f:
+            json.dump({"tests": _results, "plans": plans}, f, indent=1, sort_keys=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        name = item.nodeid.partition("::")[2]
+        pattern = SELECT.get(item.path.name)
+        (keep if pattern is not None and pattern.search(name.lower()) else drop).append(item)
+    items[:] = keep
+    config.hook.pytest_deselected(items=drop)
+
+
+def pytest_runtest_logreport(report):
+    key = f"{os.path.basename(report.location[0])}::{report.nodeid.partition('::')[2]}"
+    if report.when == "call" or report.outcome != "passed":
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+        else:
+            outcome = report.outcome
+        message = ""
+        if report.failed:
+            message = str(report.longrepr).strip().splitlines()[-1][:300]
+        if key not in _results or _results[key][0] == "passed":
+            _results[key] = [outcome, message]
