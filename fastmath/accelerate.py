@@ -173,5 +173,8 @@ def accelerate(fn=None, *, backend=None):
         raise TypeError(f"fastmath.accelerate expects a function, got {type(fn).__name__}")
     new = counterpart(fn)
     if new is None:
-        new = _reroute(fn) if isinstance(fn, types.FunctionType) else fn
+        library = (getattr(fn, "__module__", None) or "").partition(".")[0] in ("numpy", "scipy")
+        # a NumPy/SciPy function fastmath does not accelerate is returned as it is:
+        # rerouting its own internals would be patch()'s job, not this decorator's
+        new = _reroute(fn) if isinstance(fn, types.FunctionType) and not library else fn
     return new if backend is None else _scoped(new, backend)
