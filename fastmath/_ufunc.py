@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _fpe, _selection
+from . import _config, _fpe, _selection
 from .backends import HANDLED, UNCHECKED
 
 _ndarray = np.ndarray
@@ -28,6 +28,7 @@ _KEYWORDS = frozenset(("out", "where", "casting", "order", "dtype", "subok", "si
 _SCALARS = (float, int, bool, complex, list, tuple)
 _ORDERS = ("K", "A", "C", "F")
 _NUMERIC = "biufc"
+_instances: list = []
 
 
 class Ufunc:
@@ -40,7 +41,10 @@ class Ufunc:
     def __init__(self, spec):
         self._spec = spec
         self.__name__ = self.__qualname__ = spec.name
-        self._small = _selection.small_size(spec)
+        # Below this size ``auto`` calls the reference at once. It comes from the cost
+        # table, which is read at the first call, not at import: 0 until then.
+        self._small = 0
+        _instances.append(self)
         self._resolved: dict = {}
         module = spec.ref.partition(":")[0]
         # NumPy is imported already; SciPy is imported on the first call.
@@ -98,6 +102,8 @@ class Ufunc:
         return res
 
     def _call(self, x, args, kwargs):
+        if not self._small and _current() == "auto":
+            self._small = _selection.small_size(self._spec)
         ref = self.reference
 
         def reference():
@@ -185,6 +191,14 @@ class Ufunc:
             _fpe.report(self.__name__, status)
             return
         raise AssertionError("the numpy backend ends every chain and never declines")
+
+
+def _forget_small():
+    for u in _instances:
+        u._small = 0
+
+
+_config.on_reload(_forget_small)
 
 
 def _lookup(name):
