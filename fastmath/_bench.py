@@ -91,7 +91,7 @@ def measure(name, arg, kwargs, columns, rounds, target=TARGET):
     for col in columns:
         if col == "copy":
             dst = np.empty_like(arg)
-            fn, scope = (lambda a, dst=dst: np.copyto(dst, a)), None
+            fn, scope = (lambda a, dst=dst, **_: np.copyto(dst, a)), None
         elif col == "reference":
             fn, scope = _reference(name), None
         else:
@@ -177,7 +177,9 @@ def plot(result, path) -> None:
                              figsize=(5 * len(dtypes), 3.2 * len(names)))
     style = {"copy": dict(color="grey", linestyle=":", label="memory copy (floor)"),
              "auto": dict(color="black", linestyle="--", linewidth=2),
-             "reference": dict(color="tab:blue", linestyle="-.")}
+             "reference": dict(color="C0", linestyle="-.")}
+    # a backend keeps its colour in panels where another has no line
+    style.update({b: dict(color=f"C{i + 1}") for i, b in enumerate(result["backends"])})
     for (name, dtype) in panels:
         ax = axes[names.index(name)][dtypes.index(dtype)]
         cells = sorted((r for r in rows if (r["function"], r["dtype"]) == (name, dtype)),
