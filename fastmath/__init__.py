@@ -32,7 +32,7 @@ del _spec
 psi = digamma  # noqa: F821 - scipy.special.psi is digamma itself
 
 # fastmath's own names; everything else resolves to numpy.
-_OWN = ("set_backend", "get_backend", "backend", "available_backends", "info",
+_OWN = ("set_backend", "get_backend", "backend", "available_backends", "info", "explain",
         "FallbackError", "special", "Ufunc", "accelerate", "patch", "__version__")
 _SUBMODULES = ("special",)
 
@@ -49,6 +49,25 @@ def info() -> dict:
     from ._info import collect
 
     return collect()
+
+
+def explain(func, x):
+    """Which backend ``auto`` runs for ``func(x)``, and the cost-table row that says so.
+
+    ``func`` is an accelerated function (fastmath's, NumPy's/SciPy's, or its name). The
+    answer names the row (from how many elements, backends by preference), where the
+    table came from (the built-in defaults or this machine's calibration file) and the
+    times measured nearest this size; ``print`` it, or read its attributes.
+
+    Examples
+    --------
+    >>> import fastmath, numpy
+    >>> fastmath.explain(fastmath.exp, numpy.ones(10)).backend
+    'reference'
+    """
+    from ._explain import explain as _explain
+
+    return _explain(func, x)
 
 
 def __getattr__(name):

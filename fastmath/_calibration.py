@@ -1,73 +1,239 @@
-"""The measured crossovers behind ``auto``.
+"""The cost table behind ``auto``: measured times, and the crossovers derived from them.
 
-For each function and dtype, rows of (minimum size in elements, backends in order of
-preference): the last row whose minimum the call's size reaches decides. Below the first
-row ``auto`` calls NumPy/SciPy directly, with no machinery in between: a thread handoff
-costs about 50 us and a torch round trip 2-3 us, more than the whole call on small
-arrays. Unavailable backends are skipped, and ``numpy`` always ends the list.
+For each function and dtype the table holds the time per call of the NumPy/SciPy
+reference and of every backend (forced through fastmath) at a grid of sizes. From it come
+rows of (minimum size in elements, backends in order of preference): the last row whose
+minimum the call's size reaches decides, and ``_selection`` resolves each row to kernels
+once, so choosing at call time is a dict lookup and a short scan. Below the first row,
+and in any row where the reference itself was fastest, ``auto`` calls NumPy/SciPy
+directly with no machinery in between (a thread handoff costs about 50 us and a torch
+round trip 2-3 us, more than the whole call on small arrays).
 
-Measured on the 2-core reference machine (AMD EPYC, AVX-512, numpy 2.4, torch 2.13 CPU):
-numpy's exp over two threads beats one thread from about 1 MiB of input, and beats
-torch's exp at every size; torch's erf beats SciPy's from about 4000 elements, by 10x
-and more from 10^5; fastmath's blocked logsumexp beats SciPy's at every size (it makes
-fewer passes) and torch's full-array passes everywhere.
+The defaults ship in ``calibration-defaults.json``, measured on the reference machine; an
+entry there may give its rows directly instead of times (crossovers measured by hand), and
+its dtype may be "*" (every dtype without an entry of its own).
 
 Rows are about host (NumPy) data. A row may name ``torch-cuda`` only where the streaming
 pipeline was measured faster than the best CPU backend for that function, dtype and size
-(bench/cuda.py prints such rows in this format, e.g. ``{"exp": {"float32": [[N,
-["torch-cuda", "numpy"]]]}}``); no default row does, so without a measurement ``auto``
-keeps host data on the CPU. Data already on a device is computed there whatever the rows
-say (fastmath/_native.py).
+(bench/cuda.py prints such rows in this format); no default row does, so without a
+measurement ``auto`` keeps host data on the CPU. Data already on a device is computed
+there whatever the rows say (fastmath/_native.py).
+``python -m fastmath calibrate`` measures this machine and writes the same format to
+FASTMATH_CALIBRATION or ``$XDG_CACHE_HOME/fastmath/calibration.json`` (``~/.cache``
+without XDG), with a key of CPU model, core count, threads and library versions. The file
+is read at the first call, not at import; one that is corrupt, malformed or keyed to
+another machine or other versions is ignored with one warning, and the defaults are used.
 """
 from __future__ import annotations
 
-_NUMPY_FROM_1MIB = {"float64": ((1 << 17, ("numpy",)),),
-                    "float32": ((1 << 18, ("numpy",)),)}
-_NUMPY_FROM_HALF_MIB = {"float64": ((1 << 16, ("numpy",)),),
-                        "float32": ((1 << 17, ("numpy",)),)}
+import json
+import os
+import warnings
+from pathlib import Path
 
-DEFAULTS = {
-    "exp": _NUMPY_FROM_1MIB,
-    "log": _NUMPY_FROM_1MIB,
-    "log1p": _NUMPY_FROM_1MIB,
-    "expm1": _NUMPY_FROM_1MIB,
-    "erf": {"*": ((1 << 12, ("torch-cpu", "numpy")),)},
-    "logsumexp": {"*": ((1, ("numpy",)),)},
-    # Provisional, from a busy 2-core machine: torch where it won by 1.1x or more at 10^4
-    # elements and clearly beyond (sin/cos float64 and hypot 4-13x at 10^6, expit 10x,
-    # erfinv 4-6x); NumPy over threads from about 1 MiB of work (Spec.cost) elsewhere.
-    # square, reciprocal and sqrt are memory-bound: nothing measured beat NumPy's own
-    # loop, so auto leaves them to it.
-    **{name: _NUMPY_FROM_1MIB for name in (
-        "exp2", "log2", "log10", "tan", "arcsin", "arccos", "arctan", "tanh", "power",
-        "arctan2", "logaddexp", "logaddexp2")},
-    **{name: _NUMPY_FROM_HALF_MIB for name in (
-        "cbrt", "sinh", "cosh", "arcsinh", "arccosh", "arctanh", "sinc", "logit", "xlogy",
-        "xlog1py", "log_expit")},
-    **{name: {"*": ((1 << 14, ("numpy",)),)} for name in (
-        "erfc", "erfcinv", "erfcx", "ndtr", "log_ndtr", "gammaln", "digamma")},
-    "sin": {"float64": ((1 << 13, ("torch-cpu", "numpy")),), "float32": _NUMPY_FROM_1MIB["float32"]},
-    "cos": {"float64": ((1 << 13, ("torch-cpu", "numpy")),), "float32": _NUMPY_FROM_1MIB["float32"]},
-    "hypot": {"*": ((1 << 13, ("torch-cpu", "numpy")),)},
-    "float_power": {"*": ((1 << 14, ("torch-cpu", "numpy")),)},
-    "expit": {"*": ((1 << 13, ("torch-cpu", "numpy")),)},
-    "erfinv": {"*": ((1 << 14, ("torch-cpu", "numpy")),)},
-    "ndtri": {"*": ((1 << 14, ("torch-cpu", "numpy")),)},
-    "entr": {"float64": ((1 << 16, ("numpy",)),), "float32": ((1 << 15, ("torch-cpu", "numpy")),)},
-    # softmax: NumPy's passes, in place and over threads along the axes kept
-    "softmax": {"*": ((1 << 16, ("numpy",)),)},
-    "log_softmax": {"*": ((1 << 16, ("numpy",)),)},
-    "i0": {"*": ((1 << 15, ("numpy",)), (1 << 19, ("torch-cpu", "numpy")))},
-}
+from . import _config
+
+FORMAT = 1
+DEFAULTS_PATH = Path(__file__).with_name("calibration-defaults.json")
+LIBRARIES = ("numpy", "scipy", "torch", "numexpr")
+# The leader at a grid size keeps its place unless another beats it by this much: closer
+# than this is within the noise of a calibration run on a busy machine, and flapping
+# between backends (or leaving the reference, which has no overhead) gains nothing.
+MARGIN = 0.10
+
+_table = None  # (name, dtype) -> Entry, built at first use
+
+
+class Entry:
+    """One function on one dtype: the measured grid, its rows, and where it came from."""
+
+    __slots__ = ("sizes", "times", "rows", "source")
+
+    def __init__(self, sizes, times, source, rows=None):
+        self.sizes = tuple(sizes)
+        self.times = times
+        self.source = source
+        self.rows = derive(self.sizes, times) if rows is None else rows
+
+    def row(self, size):
+        """The deciding row for ``size``: (min_size, names), or None below the first."""
+        for r in reversed(self.rows):
+            if size >= r[0]:
+                return r
+        return None
+
+    def nearest(self, size):
+        """The grid size closest to ``size`` (in ratio) and the times measured there."""
+        if not self.sizes:
+            return None, {}
+        i = min(range(len(self.sizes)), key=lambda k: abs(_log(self.sizes[k]) - _log(size)))
+        return self.sizes[i], {b: t[i] for b, t in self.times.items()}
+
+
+def _log(n):
+    import math
+
+    return math.log(max(n, 1))
+
+
+def derive(sizes, times):
+    """Rows of (min_size, backends by preference) from times measured at ``sizes``.
+
+    ``times`` maps "reference" and each backend to its seconds per call at each size. At
+    each grid size the backends are ranked by time; the leader so far (the reference, to
+    begin with) stays unless the fastest beats it by MARGIN. An empty preference means
+    "call the reference". Where the leader changes between two grid sizes, the row starts
+    where the straight lines through the two leaders' times cross (time per call is close
+    to linear in size).
+    """
+    rows = []
+    ref = times["reference"]
+    lead = ()
+    for i, n in enumerate(sizes):
+        ranked = tuple(b for _, b in sorted((t[i], b) for b, t in times.items()
+                                            if b != "reference"))
+        held = (times[lead[0]] if lead else ref)[i]
+        best = min([ref[i]] + [times[b][i] for b in ranked])
+        if best * (1 + MARGIN) >= held:
+            continue
+        names = () if best == ref[i] else ranked
+        start = n
+        if i:
+            old = times[lead[0]] if lead else ref
+            new = times[names[0]] if names else ref
+            before, after = old[i - 1] - new[i - 1], old[i] - new[i]
+            if before < 0 < after:
+                start = sizes[i - 1] + (n - sizes[i - 1]) * (-before) / (after - before)
+        rows.append((max(1, int(start)), names))
+        lead = names
+    return tuple(rows)
+
+
+def machine() -> dict:
+    """What a calibration is only valid for: this CPU, its cores, threads and libraries."""
+    import importlib.metadata
+
+    from . import __version__
+
+    versions = {"fastmath": __version__}
+    for lib in LIBRARIES:
+        try:
+            versions[lib] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            versions[lib] = None
+    return {"cpu": cpu_model(), "cores": os.cpu_count(),
+            "threads": _config.get().num_threads, "versions": versions}
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def user_path() -> Path:
+    """Where ``calibrate`` writes and ``auto`` reads this machine's table."""
+    explicit = _config.get().calibration
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "fastmath" / "calibration.json"
+
+
+def _entries(data, source):
+    """(name, dtype) -> Entry from a parsed file; ValueError if it is malformed."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"not a format-{FORMAT} calibration file")
+    out = {}
+    for name, per_dtype in data["table"].items():
+        for dtype, cell in per_dtype.items():
+            if "times" not in cell:
+                out[name, dtype] = Entry((), {}, source, _rows(cell["rows"], name, dtype))
+                continue
+            sizes, times = cell["sizes"], cell["times"]
+            if ("reference" not in times or not sizes or any(
+                    len(t) != len(sizes) or not all(isinstance(v, (int, float)) and v > 0
+                                                    for v in t) for t in times.values())
+                    or list(sizes) != sorted(sizes)):
+                raise ValueError(f"the {name} {dtype} entry is malformed")
+            out[name, dtype] = Entry(sizes, times, source)
+    return out
+
+
+def _rows(raw, name, dtype):
+    """Rows given as such ([[min_size, [backend, ...]], ...]) rather than as times."""
+    rows = tuple((int(n), tuple(map(str, names))) for n, names in raw)
+    if [n for n, _ in rows] != sorted({n for n, _ in rows}) or any(n < 1 for n, _ in rows):
+        raise ValueError(f"the {name} {dtype} rows are malformed")
+    return rows
+
+
+def _read_user(path: Path):
+    """This machine's entries from ``path``, or None after one warning if unusable."""
+    if not path.exists():
+        if _config.get().calibration:
+            _warn(path, "it does not exist")
+        return None
+    try:
+        data = json.loads(path.read_text())
+        entries = _entries(data, str(path))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        _warn(path, f"it cannot be read ({e})")
+        return None
+    here = machine()
+    if data.get("machine") != here:
+        theirs = data.get("machine") or {}
+        diff = [k for k in here if theirs.get(k) != here[k]]
+        _warn(path, f"it was measured for another machine or other library versions "
+                    f"(differs in: {', '.join(diff) or 'machine key'})")
+        return None
+    return entries
+
+
+def _warn(path, why):
+    warnings.warn(f"fastmath: ignoring the calibration file {path}: {why}; auto uses the "
+                  "built-in defaults. Run `python -m fastmath calibrate` to measure this "
+                  "machine.", _config.ConfigWarning, stacklevel=2)
+
+
+def table() -> dict:
+    """(name, dtype) -> Entry: the defaults, overridden by this machine's file if usable."""
+    global _table
+    if _table is None:
+        t = _entries(json.loads(DEFAULTS_PATH.read_text()), "defaults")
+        t.update(_read_user(user_path()) or {})
+        _table = t
+    return _table
+
+
+def entry(name: str, dtype: str):
+    """The entry for ``name`` on ``dtype``, else its entry for every dtype ("*"), if any."""
+    t = table()
+    return t.get((name, dtype)) or t.get((name, "*"))
 
 
 def rows(name: str, dtype: str):
-    """The rows for ``name`` on ``dtype`` (its own, else the function's "*" rows)."""
-    table = DEFAULTS.get(name, {})
-    return table.get(dtype) or table.get("*", ())
+    """The rows for ``name`` on ``dtype``; none (so: the reference) if never measured."""
+    e = entry(name, dtype)
+    return e.rows if e is not None else ()
 
 
 def smallest(name: str) -> int:
     """The size below which ``auto`` never leaves the reference, for any dtype."""
-    sizes = [r[0][0] for r in DEFAULTS.get(name, {}).values() if r]
+    sizes = [e.rows[0][0] for (n, _), e in table().items() if n == name and e.rows]
     return min(sizes) if sizes else 1 << 62
+
+
+def _reset():
+    global _table
+    _table = None
+
+
+_config.on_reload(_reset)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ._numpy import np
 
-from . import _fpe, _native, _selection
+from . import _config, _fpe, _native, _selection
 from . import dask as _dask
 from .backends import HANDLED, UNCHECKED
 
@@ -29,6 +29,7 @@ _KEYWORDS = frozenset(("out", "where", "casting", "order", "dtype", "subok", "si
 _SCALARS = (float, int, bool, complex, list, tuple)
 _ORDERS = ("K", "A", "C", "F")
 _NUMERIC = "biufc"
+_instances: list = []
 
 
 class Ufunc:
@@ -41,7 +42,10 @@ class Ufunc:
     def __init__(self, spec):
         self._spec = spec
         self.__name__ = self.__qualname__ = spec.name
-        self._small = _selection.small_size(spec)
+        # Below this size ``auto`` calls the reference at once. It comes from the cost
+        # table, which is read at the first call, not at import: 0 until then.
+        self._small = 0
+        _instances.append(self)
         self._resolved: dict = {}
         module = spec.ref.partition(":")[0]
         # NumPy is imported already; SciPy is imported on the first call.
@@ -105,6 +109,8 @@ class Ufunc:
         return res
 
     def _call(self, x, args, kwargs):
+        if not self._small and _current() == "auto":
+            self._small = _selection.small_size(self._spec)
         ref = self.reference
 
         def reference():
@@ -203,6 +209,14 @@ class Ufunc:
 
     def _derive(self, ins, res):
         return _fpe.derive(self.reference, ins, res)
+
+
+def _forget_small():
+    for u in _instances:
+        u._small = 0
+
+
+_config.on_reload(_forget_small)
 
 
 def _lookup(name):

@@ -20,6 +20,12 @@ def _bench(args) -> int:
     return _bench.main(args)
 
 
+def _calibrate(args) -> int:
+    from . import _calibrate
+
+    return _calibrate.main(args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fastmath", description=(
         "NumPy/SciPy math, faster, with the same results."))
@@ -34,6 +40,12 @@ def main(argv=None) -> int:
 
     add_arguments(p)
     p.set_defaults(run=_bench)
+
+    p = sub.add_parser("calibrate", help="measure this machine's cost table for auto and save it")
+    from ._calibrate import add_arguments as calibrate_arguments
+
+    calibrate_arguments(p)
+    p.set_defaults(run=_calibrate)
 
     args = parser.parse_args(argv)
     return args.run(args)

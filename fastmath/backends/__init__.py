@@ -27,6 +27,7 @@ UNCHECKED = -1
 NAMES = ("numpy", "numexpr", "torch-cpu", "torch-cuda")
 _FACTORIES = {
     "numpy": ("fastmath.backends.numpy", "NumpyBackend", {}),
+    "numexpr": ("fastmath.backends.numexpr", "NumexprBackend", {}),
     "torch-cpu": ("fastmath.backends.torch", "TorchBackend", {"device": "cpu"}),
     "torch-cuda": ("fastmath.backends.torch", "TorchBackend", {"device": "cuda"}),
 }

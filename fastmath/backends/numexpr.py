@@ -1,0 +1,73 @@
+"""numexpr: its elementwise functions, run by its own thread pool, into NumPy's output.
+
+Each kernel is ``numexpr.evaluate("f(x)", local_dict=..., out=...)`` writing into the
+array the front end allocated. numexpr computes float32 in float32 and float64 in
+float64 (checked: results keep the input's dtype and stay within 2 ULPs of NumPy's in
+float32, 1 in float64), so only those two dtypes, in native byte order, are taken; the
+rest is declined and goes to the next backend. numexpr has no erf (and no approximation
+stands in for it) and no logsumexp kernel: without Intel's VML its exp is 4-10x slower
+than NumPy's SIMD exp per element, so a fused max-subtracted pass measured 2.7x slower
+than the numpy backend's blocked logsumexp at 10^6 elements, and 20x at 10^4.
+
+numexpr keeps no floating-point flags, so kernels return UNCHECKED and the front end
+derives NumPy's errors from the result.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _config
+from . import UNCHECKED
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_FUNCTIONS = ("exp", "log", "log1p", "expm1")  # registry names numexpr computes as-is
+_ne = None
+
+
+def _import_numexpr():
+    global _ne
+    if _ne is None:
+        import numexpr
+
+        _ne = numexpr
+        _set_threads()
+    return _ne
+
+
+def _set_threads():
+    if _ne is not None:
+        _ne.set_num_threads(min(_config.get().num_threads, _ne.MAX_THREADS))
+
+
+class NumexprBackend:
+    name = "numexpr"
+
+    def why_unavailable(self):
+        try:
+            _import_numexpr()
+        except ImportError:
+            return "numexpr is not installed (pip install 'fastmath-shim[numexpr]')"
+        return None
+
+    def kernel(self, spec):
+        if spec.kind != "unary" or spec.name not in _FUNCTIONS:
+            return None
+        if self.why_unavailable() is not None:
+            return None
+        return _Unary(f"{spec.name}(x)")
+
+
+class _Unary:
+    __slots__ = ("expr",)
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def __call__(self, x, out):
+        if x.dtype not in _FLOATS or not x.dtype.isnative or out.dtype != x.dtype:
+            return NotImplemented
+        _ne.evaluate(self.expr, local_dict={"x": x}, out=out)
+        return UNCHECKED
+
+
+_config.on_reload(_set_threads)
