@@ -186,9 +186,9 @@ def test_calibrate_command(tmp_path):
 
 def test_explain_names_the_valid_functions():
     with pytest.raises(ValueError, match="exp.*logsumexp"):
-        fastmath.explain(np.sin, np.ones(3))
+        fastmath.explain(np.floor, np.ones(3))
     with pytest.raises(ValueError, match="Valid choices"):
-        fastmath.explain("sin", np.ones(3))
+        fastmath.explain("floor", np.ones(3))
 
 
 def test_explain_agrees_with_the_plan_across_sizes():
