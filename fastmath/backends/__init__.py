@@ -15,7 +15,8 @@ Rules every backend keeps:
 5. A unary kernel ``k(x, out)`` returns what the front end must do about floating-point
    errors: ``HANDLED`` (NumPy already acted on them in this thread, or there can be none),
    an int of flags to report, or ``UNCHECKED`` (the backend cannot see FPU flags, so the
-   front end derives them).
+   front end derives them). Such a kernel says so with ``flagless = True``, so the front
+   end keeps the input of an in-place call to derive them from.
 """
 from __future__ import annotations
 

@@ -95,6 +95,7 @@ class TorchBackend:
 
 class _Unary:
     __slots__ = ("fn",)
+    flagless = True  # no FPU flags: the front end derives them from the input afterwards
 
     def __init__(self, fn):
         self.fn = fn
