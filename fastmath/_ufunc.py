@@ -157,7 +157,13 @@ class Ufunc:
             if not args and "out" not in kwargs:
                 _warn_where()
 
-        xin = xa if xa.dtype == in_dt else xa.astype(in_dt)
+        if xa.dtype == in_dt:
+            xin = xa
+        else:
+            xin = np.empty_like(xa, dtype=in_dt)
+            # a cast that overflows: NumPy words and orders its report its own way
+            if _fpe.recorded(np.copyto, xin, xa, casting="unsafe") and _fpe.watched():
+                return reference()
         if o is None:
             res = np.empty_like(xin, dtype=out_dt, order=order)
         else:
