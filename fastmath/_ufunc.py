@@ -173,7 +173,7 @@ class Ufunc:
         if mask is None:
             if xin is res and getattr(chain[0][1], "flagless", False) and _fpe.watched():
                 xin = xin.copy()  # in place: the flags are derived from the input afterwards
-            self._run(chain, xin, res)
+            self._run(chain, xin, res, staged=o is not None)
         elif mask.any():
             part = np.empty(int(np.count_nonzero(mask)), out_dt)
             try:
@@ -186,16 +186,24 @@ class Ufunc:
             return res[()] if res.ndim == 0 else res
         return o
 
-    def _run(self, chain, xin, res):
+    def _run(self, chain, xin, res, staged=False):
+        """Run the first kernel that accepts the call. With ``staged`` (res is the user's
+        out=), a kernel that writes its output in pieces writes into a temporary, copied
+        into res only once every piece succeeded: a failure leaves out= untouched."""
         explicit = _current()
         for name, kernel in chain:
             if name != explicit and explicit != "auto" and _selection.strict():
                 raise _selection.FallbackError(
                     f"backend {explicit!r} cannot run {self.__name__} on this {xin.dtype} "
                     f"input, and FASTMATH_STRICT=1 forbids falling back to {name}")
-            status = kernel(xin, res)
+            target = res
+            if staged and getattr(kernel, "splits", _never)(xin, res):
+                target = np.empty_like(res)
+            status = kernel(xin, target)
             if status is NotImplemented:
                 continue
+            if target is not res:
+                np.copyto(res, target)
             if status is HANDLED:
                 return
             if status == UNCHECKED:
@@ -203,6 +211,10 @@ class Ufunc:
             _fpe.report(self.__name__, status)
             return
         raise AssertionError("the numpy backend ends every chain and never declines")
+
+
+def _never(x, out):
+    return False
 
 
 def _where_outside(ref, x, args, kwargs):

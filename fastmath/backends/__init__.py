@@ -17,6 +17,9 @@ Rules every backend keeps:
    an int of flags to report, or ``UNCHECKED`` (the backend cannot see FPU flags, so the
    front end derives them). Such a kernel says so with ``flagless = True``, so the front
    end keeps the input of an in-place call to derive them from.
+6. A kernel that writes its output in pieces, any of which may fail after others are
+   written, says so with ``splits(x, out)``; the front end then hands it a temporary
+   rather than the user's ``out=``.
 """
 from __future__ import annotations
 

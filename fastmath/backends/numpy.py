@@ -43,6 +43,10 @@ class _Unary:
         self.ufunc = ufunc
         self.min_bytes = min_bytes
 
+    def splits(self, x, out) -> bool:
+        """Whether this call writes ``out`` in chunks (one may fail after others wrote)."""
+        return out.size * x.itemsize >= self.min_bytes and _parallel.threads() > 1
+
     def __call__(self, x, out):
         parts = _parallel.threads() if out.size * x.itemsize >= self.min_bytes else 1
         if parts < 2:
