@@ -70,12 +70,12 @@ settings.register_profile("dev", max_examples=3000, deadline=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)
 settings.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# Generated cases per function, filled by the property-based tests and shown at the end.
-GENERATED: dict = {}
+# Hypothesis cases run per function, filled by the property-based tests and shown at the end.
+DRAWN: dict = {}
 
 
 def pytest_terminal_summary(terminalreporter):
-    if GENERATED:
-        terminalreporter.write_sep("-", "generated cases per function (all backends)")
-        for name, n in sorted(GENERATED.items()):
+    if DRAWN:
+        terminalreporter.write_sep("-", "hypothesis cases run per function (all backends)")
+        for name, n in sorted(DRAWN.items()):
             terminalreporter.write_line(f"{name}: {n}")

@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 import fastmath
 from fastmath._registry import ROWS
 
-from conftest import BACKENDS, BITWISE, GENERATED, assert_same
+from conftest import BACKENDS, BITWISE, DRAWN, assert_same
 
 UNARY = [s for s in ROWS if s.kind == "unary"]
 LSE = [s for s in ROWS if s.kind == "logsumexp"]
@@ -253,7 +253,7 @@ def _where_by_copyto(ref):
 
 
 def _count(name):
-    GENERATED[name] = GENERATED.get(name, 0) + 1
+    DRAWN[name] = DRAWN.get(name, 0) + 1
 
 
 def _fixed(values, dtype, name="C"):
