@@ -28,13 +28,13 @@ def _reset() -> None:
 
 
 def _get_pool(workers: int) -> ThreadPoolExecutor:
+    """A pool with at least ``workers`` threads. It only grows: another caller may still
+    be submitting to the one it replaces, which is dropped, not shut down (its idle
+    threads exit once it is garbage collected)."""
     global _pool, _size
     with _lock:
-        if _pool is None or _size != workers:
-            old = _pool
+        if _pool is None or _size < workers:
             _pool, _size = ThreadPoolExecutor(workers, thread_name_prefix="fastmath"), workers
-            if old is not None:
-                old.shutdown(wait=False)
         return _pool
 
 

@@ -108,7 +108,10 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         xb = None if b is None else np.asarray(b)
     except Exception:
         return reference()
-    dtype = np.result_type(xa.dtype) if xb is None else np.result_type(xa.dtype, xb.dtype)
+    # Python scalars are weak in NumPy's promotion (NEP 50), as they are in SciPy's
+    weak = (float, int)
+    dtype = np.result_type(a if type(a) in weak else xa.dtype,
+                           *(() if xb is None else (b if type(b) in weak else xb.dtype,)))
     if dtype.kind in "biu":
         dtype = np.dtype(np.float64)
     if (dtype not in _FLOATS or xa.size == 0 or not isinstance(keepdims, bool)

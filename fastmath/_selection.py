@@ -174,6 +174,13 @@ def _warn_once(key, message):
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
+def warn_failed(name, function, error, instead):
+    """One warning per (backend, kind of error) when a kernel fails part-way."""
+    _warn_once(("failed", name, type(error).__name__),
+               f"fastmath: backend {name!r} failed on {function} ({type(error).__name__}: "
+               f"{error}); {instead} computed it instead")
+
+
 def _kernel(name, spec):
     b = backends.get(name)
     return None if b.why_unavailable() is not None else b.kernel(spec)

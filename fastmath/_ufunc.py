@@ -15,6 +15,8 @@ A call is handled in this order:
 """
 from __future__ import annotations
 
+import warnings
+
 from ._numpy import np
 
 from . import _config, _fpe, _native, _selection
@@ -114,6 +116,8 @@ class Ufunc:
         ref = self.reference
 
         def reference():
+            if "where" in kwargs and self._spec.ref.startswith("scipy"):
+                return _where_outside(ref, x, args, kwargs)
             return ref(x, *args, **kwargs)
 
         if kwargs.keys() - _KEYWORDS or len(args) > 1 or (args and "out" in kwargs):
@@ -171,32 +175,62 @@ class Ufunc:
             except ValueError:
                 return reference()
 
-        xin = xa if xa.dtype == in_dt else xa.astype(in_dt)
+        if xa.dtype == in_dt:
+            xin = xa
+        else:
+            xin = np.empty_like(xa, dtype=in_dt)
+            # a cast that overflows: NumPy words and orders its report its own way
+            if _fpe.recorded(np.copyto, xin, xa, casting="unsafe") and _fpe.watched():
+                return reference()
         if o is None:
+            if mask is not None:
+                _warn_where()
             res = np.empty_like(xin, dtype=out_dt, order=order)
         else:
             res = o
             if xin is not o and np.may_share_memory(xin, o):
                 xin = xin.copy()  # a partial overlap: NumPy buffers the same way
         if mask is None:
+            if xin is res and len(chain) > 1:
+                # in place with a fallback: a kernel failing part-way, or one whose FP
+                # flags are derived from the input afterwards, needs the input intact
+                xin = xin.copy()
             self._run(chain, (xin,), res)
         elif mask.any():
             part = np.empty(int(np.count_nonzero(mask)), out_dt)
-            self._run(chain, (xin[mask],), part)
+            try:
+                self._run(chain, (xin[mask],), part)
+            except FloatingPointError:
+                res[mask] = part  # raised after the loop: NumPy has written out= too
+                raise
             res[mask] = part
         if out is None:
             return res[()] if res.ndim == 0 else res
         return o
 
     def _run(self, chain, ins, res):
-        """Run the first kernel of ``chain`` that takes ``kernel(*ins, res)``."""
+        """Run the first kernel of ``chain`` that takes ``kernel(*ins, res)``.
+
+        A kernel that fails part-way (a device error, say) may have written some of
+        ``res``; the next kernel in line then writes all of it again, with one warning.
+        The last kernel is NumPy's own loop, whose failure is NumPy's and is raised as is.
+        """
         explicit = _current()
-        for name, kernel in chain:
+        last = len(chain) - 1
+        for i, (name, kernel) in enumerate(chain):
             if name != explicit and explicit != "auto" and _selection.strict():
                 raise _selection.FallbackError(
                     f"backend {explicit!r} cannot run {self.__name__} on this {ins[0].dtype} "
                     f"input, and FASTMATH_STRICT=1 forbids falling back to {name}")
-            status = kernel(*ins, res)
+            try:
+                status = kernel(*ins, res)
+            except FloatingPointError:
+                raise  # NumPy's errstate 'raise', after the whole loop
+            except Exception as e:
+                if i == last:
+                    raise
+                _selection.warn_failed(name, self.__name__, e, chain[i + 1][0])
+                continue
             if status is NotImplemented:
                 continue
             if status is HANDLED:
@@ -209,6 +243,40 @@ class Ufunc:
 
     def _derive(self, ins, res):
         return _fpe.derive(self.reference, ins, res)
+
+
+def _where_outside(ref, x, args, kwargs):
+    """``ref(x, *args, **kwargs)`` with ``where=`` applied here, not by the ufunc.
+
+    SciPy's ufuncs corrupt the heap when ``where=`` meets a casting loop (scipy/scipy#25127;
+    seen for erf with float32 input and a float64 out=), so they never see ``where=``.
+    """
+    kwargs = dict(kwargs)
+    where = kwargs.pop("where")
+    out = args[0] if args else kwargs.pop("out", None)
+    o = out[0] if type(out) is tuple and len(out) == 1 else out
+    if o is None:
+        _warn_where()
+        return ref(x, **kwargs)
+    if not isinstance(o, np.ndarray):
+        return ref(x, out=out, **kwargs)  # NumPy's own error for a bad out=
+    tmp = ref(x, out=np.empty_like(o), **kwargs)
+    np.copyto(o, tmp, where=where)
+    return o
+
+
+_where_warning: list = []
+
+
+def _warn_where():
+    """NumPy's warning for ``where=`` without ``out=``, if this NumPy version gives one."""
+    if not _where_warning:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            np.negative(np.zeros(1), where=np.ones(1, bool))
+        _where_warning.append([(x.category, str(x.message)) for x in w])
+    for category, message in _where_warning[0]:
+        warnings.warn(message, category, stacklevel=_fpe.user_stacklevel())
 
 
 def _forget_small():

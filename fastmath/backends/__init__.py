@@ -15,7 +15,12 @@ Rules every backend keeps:
 5. A unary kernel ``k(x, out)`` returns what the front end must do about floating-point
    errors: ``HANDLED`` (NumPy already acted on them in this thread, or there can be none),
    an int of flags to report, or ``UNCHECKED`` (the backend cannot see FPU flags, so the
-   front end derives them).
+   front end derives them, from the input: for an in-place call with another backend
+   behind this one, the front end keeps a copy of the input).
+6. A kernel that raises part-way may have written some of its output; the front end then
+   runs the next backend in line over the whole output, so a result or ``out=`` is never
+   left half written. The numpy backend, last in every chain, runs NumPy's own loops:
+   their failures are NumPy's, raised as NumPy raises them.
 """
 from __future__ import annotations
 
