@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _selection
+from . import _log, _selection
 from ._registry import BY_NAME
 
 _SPEC = BY_NAME["logsumexp"]
@@ -120,6 +120,11 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         part = kernel(xa, axes, xb)
         if part is not NotImplemented:
             break
+        _log.logger.debug("logsumexp(%s%s): %s declined it (chain: %s)", dtype,
+                          list(xa.shape), name, _log.chain_names(chain))
+    if _log.state.on:
+        _log.logger.debug("logsumexp(%s%s, axis=%s): ran on %s (selection %s)", dtype,
+                          list(xa.shape), axis, name, explicit)
     out, sgn = _finish(part, xa, xb, axes, return_sign)
     if not keepdims:
         out = np.squeeze(out, axis=axes)

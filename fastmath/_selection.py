@@ -12,7 +12,7 @@ import functools
 import inspect
 import warnings
 
-from . import _calibration, _config, backends
+from . import _calibration, _config, _log, backends
 from ._config import BACKEND_NAMES
 
 _scoped: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend", default=None)
@@ -64,6 +64,7 @@ def set_backend(name: str) -> None:
     >>> fastmath.set_backend("auto")
     """
     state.default = _check(name)
+    _log.logger.debug("default backend set to %r by set_backend()", name)
 
 
 def get_backend() -> str:
@@ -166,6 +167,7 @@ def _build(sel, spec, dtype):
         if strict():
             raise FallbackError(f"backend {sel!r} is unavailable: {why} (FASTMATH_STRICT=1 "
                                 "forbids falling back to numpy)")
+        _log.logger.debug("%s is unavailable (%s): %s falls back to numpy", sel, why, spec.name)
         _warn_once(("unavailable", sel),
                    f"fastmath: backend {sel!r} is unavailable ({why}); numpy runs instead. "
                    f"Set FASTMATH_BACKEND to one of: {', '.join(available_backends())}")
@@ -188,6 +190,7 @@ def plan(spec, dtype, size: int):
     p = _plans.get(key)
     if p is None:
         p = _plans[key] = _build(sel, spec, dtype)
+        _log.plan_built(spec, sel, dtype, p)
     if sel != "auto":
         return p
     for min_size, chain in p:

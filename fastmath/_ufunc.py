@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _fpe, _selection
+from . import _fpe, _log, _selection
 from .backends import HANDLED, UNCHECKED
 
 _ndarray = np.ndarray
 _current = _selection.current
 _scoped_get = _selection._scoped.get
 _state = _selection.state
+_log_state = _log.state
+_logger = _log.logger
 _KEYWORDS = frozenset(("out", "where", "casting", "order", "dtype", "subok", "signature"))
 _SCALARS = (float, int, bool, complex, list, tuple)
 _ORDERS = ("K", "A", "C", "F")
@@ -40,7 +42,8 @@ class Ufunc:
     def __init__(self, spec):
         self._spec = spec
         self.__name__ = self.__qualname__ = spec.name
-        self._small = _selection.small_size(spec)
+        # 0 while debug logging is on: every call then takes the logged path
+        self._small = 0 if _log_state.on else _selection.small_size(spec)
         self._resolved: dict = {}
         module = spec.ref.partition(":")[0]
         # NumPy is imported already; SciPy is imported on the first call.
@@ -101,6 +104,9 @@ class Ufunc:
         ref = self.reference
 
         def reference():
+            if _log_state.on:
+                _logger.debug("%s(%s): %s runs it (a case fastmath hands over unchanged)",
+                              self.__name__, _describe(x), self._spec.ref.replace(":", "."))
             return ref(x, *args, **kwargs)
 
         if kwargs.keys() - _KEYWORDS or len(args) > 1 or (args and "out" in kwargs):
@@ -140,7 +146,11 @@ class Ufunc:
             return reference()
         chain = _selection.plan(self._spec, in_dt.name, xa.size)
         if not chain or xa.size == 0:
-            return reference()
+            if _log_state.on:
+                _logger.debug("%s(%s): %s runs it (below auto's smallest size for %s, or empty)",
+                              self.__name__, _describe(xa), self._spec.ref.replace(":", "."),
+                              in_dt.name)
+            return ref(x, *args, **kwargs)
         mask = None
         if where is not True:
             mask = np.asarray(where)
@@ -177,7 +187,13 @@ class Ufunc:
                     f"input, and FASTMATH_STRICT=1 forbids falling back to {name}")
             status = kernel(xin, res)
             if status is NotImplemented:
+                if _log_state.on:
+                    _logger.debug("%s(%s): %s declined it (chain: %s)", self.__name__,
+                                  _describe(xin), name, _log.chain_names(chain))
                 continue
+            if _log_state.on:
+                _logger.debug("%s(%s): ran on %s (selection %s)", self.__name__,
+                              _describe(xin), name, explicit)
             if status is HANDLED:
                 return
             if status == UNCHECKED:
@@ -185,6 +201,15 @@ class Ufunc:
             _fpe.report(self.__name__, status)
             return
         raise AssertionError("the numpy backend ends every chain and never declines")
+
+
+def _describe(x) -> str:
+    """``float64[1000]``, ``int8 scalar`` or a type name, for log records."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return type(x).__name__
+    shape = getattr(x, "shape", ())
+    return f"{dtype}[{'x'.join(map(str, shape))}]" if shape else f"{dtype} scalar"
 
 
 def _lookup(name):
