@@ -124,7 +124,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
                           list(xa.shape), name, _log.chain_names(chain))
     if _log.state.on:
         _log.logger.debug("logsumexp(%s%s, axis=%s): ran on %s (selection %s)", dtype,
-                          list(xa.shape), axis, name, explicit)
+                          list(xa.shape), axis, name, explicit, extra={"ran_on": name})
     out, sgn = _finish(part, xa, xb, axes, return_sign)
     if not keepdims:
         out = np.squeeze(out, axis=axes)

@@ -193,7 +193,7 @@ class Ufunc:
                 continue
             if _log_state.on:
                 _logger.debug("%s(%s): ran on %s (selection %s)", self.__name__,
-                              _describe(xin), name, explicit)
+                              _describe(xin), name, explicit, extra={"ran_on": name})
             if status is HANDLED:
                 return
             if status == UNCHECKED:
