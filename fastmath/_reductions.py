@@ -62,8 +62,28 @@ def _finish(part, a, b, axes, return_sign):
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """Compute the log of the sum of exponentials of input elements.
 
-    Same signature, dtypes and results as :func:`scipy.special.logsumexp` (within the
+    Same signature, dtypes and results as ``scipy.special.logsumexp`` (within the
     bound documented for each backend), computed by the backend fastmath selects.
+
+    Parameters
+    ----------
+    a : array_like
+        Input array.
+    axis : None or int or tuple of ints, optional
+        Axis or axes to sum over; all of them by default.
+    b : array_like, optional
+        Weights for ``exp(a)``, broadcast against ``a``; may be negative.
+    keepdims : bool, optional
+        Keep the reduced axes with length one.
+    return_sign : bool, optional
+        Also return the sign of the sum (then the result is ``log(abs(sum))``).
+
+    Returns
+    -------
+    res : ndarray or numpy scalar
+        ``log(sum(b * exp(a)))`` over ``axis``.
+    sgn : ndarray or numpy scalar
+        The sign of the sum, if ``return_sign``.
 
     Examples
     --------

@@ -30,7 +30,17 @@ _warned: set = set()
 
 
 class FallbackError(RuntimeError):
-    """Raised under FASTMATH_STRICT=1 when the chosen backend cannot run a call."""
+    """Raised under ``FASTMATH_STRICT=1`` when the chosen backend cannot run a call.
+
+    Without strict mode the call would have been handed to NumPy (and logged at DEBUG);
+    strict mode makes that an error, for jobs that must not silently run elsewhere.
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> issubclass(fastmath.FallbackError, RuntimeError)
+    True
+    """
 
 
 def current() -> str:
@@ -50,10 +60,21 @@ def _check(name) -> str:
 
 
 def set_backend(name: str) -> None:
-    """Set the process-wide default backend (``"auto"``, ``"numpy"``, ``"torch-cpu"``, ...).
+    """Set the process-wide default backend.
 
-    Raises ValueError naming the valid choices for an unknown name, and saying why for
-    a backend that cannot run on this machine.
+    The default applies wherever no :class:`backend` scope is in force, in every thread.
+    It starts as ``FASTMATH_BACKEND``, or ``"auto"``.
+
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (the message lists the valid ones), or a backend that cannot
+        run on this machine (the message says why).
 
     Examples
     --------
@@ -70,6 +91,11 @@ def set_backend(name: str) -> None:
 def get_backend() -> str:
     """The backend in force here: the innermost ``backend()`` scope, else the default.
 
+    Returns
+    -------
+    str
+        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+
     Examples
     --------
     >>> import fastmath
@@ -82,6 +108,12 @@ def get_backend() -> str:
 
 def available_backends() -> list:
     """Names of the backends that can run here, ``"auto"`` first.
+
+    ``fastmath.info()["backends"]`` says why each of the others cannot.
+
+    Returns
+    -------
+    list of str
 
     Examples
     --------
@@ -99,12 +131,30 @@ class backend:
     exception or not. The name is checked at once: an unknown or unavailable backend
     raises ValueError before anything runs.
 
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, or a backend that cannot run on this machine.
+
     Examples
     --------
     >>> import fastmath, numpy
     >>> with fastmath.backend("numpy"):
     ...     float(fastmath.exp(numpy.float64(0.0)))
     1.0
+
+    As a decorator, for every call of a function:
+
+    >>> @fastmath.backend("numpy")
+    ... def where_am_i():
+    ...     return fastmath.get_backend()
+    >>> where_am_i(), fastmath.get_backend()
+    ('numpy', 'auto')
     """
 
     def __init__(self, name: str):

@@ -32,11 +32,42 @@ _ORDERS = ("K", "A", "C", "F")
 _NUMERIC = "biufc"
 
 
+class _Doc:
+    """The class's own docstring on the class, the reference's on each instance."""
+
+    def __init__(self, doc):
+        self.doc = doc
+
+    def __get__(self, obj, cls=None):
+        return self.doc if obj is None else obj.reference.__doc__
+
+
 class Ufunc:
     """A NumPy-compatible ufunc that runs on the backend fastmath selects.
 
-    Calls take exactly the reference ufunc's arguments; every attribute fastmath does not
-    define (``nin``, ``types``, ``reduce``, ``outer``, ...) is the reference's own.
+    ``fastmath.exp``, ``fastmath.log``, ``fastmath.erf``, ... are instances, one per
+    registry row. Calls take exactly the reference ufunc's arguments
+    (``x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+    subok=True``) and return what it returns; every attribute fastmath does not define
+    (``nin``, ``types``, ``reduce``, ``outer``, ...) is the reference's own, and so is
+    ``__doc__``: its examples are NumPy's/SciPy's, tested by them, and not run again
+    here.
+
+    Examples
+    --------
+    >>> import numpy, fastmath
+    >>> fastmath.exp.reference is numpy.exp
+    True
+    >>> x = numpy.array([0.0, 1.0, -numpy.inf])
+    >>> fastmath.exp(x)
+    array([1.        , 2.71828183, 0.        ])
+    >>> fastmath.exp(numpy.int8(1)).dtype  # numpy's type resolution: int8 -> float16
+    dtype('float16')
+    >>> with numpy.errstate(divide="raise"):
+    ...     fastmath.log(numpy.zeros(3))
+    Traceback (most recent call last):
+    ...
+    FloatingPointError: divide by zero encountered in log
     """
 
     def __init__(self, spec):
@@ -71,9 +102,6 @@ class Ufunc:
             raise AttributeError(name)
         return getattr(self.reference, name)
 
-    @property
-    def __doc__(self):
-        return self.reference.__doc__
 
     def __repr__(self):
         return f"<fastmath ufunc {self.__name__!r} (accelerated {self._spec.ref.replace(':', '.')})>"
@@ -201,6 +229,9 @@ class Ufunc:
             _fpe.report(self.__name__, status)
             return
         raise AssertionError("the numpy backend ends every chain and never declines")
+
+
+Ufunc.__doc__ = _Doc(Ufunc.__doc__)
 
 
 def _describe(x) -> str:
