@@ -57,7 +57,7 @@ def show_info(d: dict, file=None) -> None:
 
     cfg = d["config"]
     env = cfg.get("environment") or {}
-    pairs("Selection", [
+    pairs("Backend selection", [
         ("backend", f"{d['selection']['backend']}  (from {d['selection']['source']})"),
         ("strict", cfg.get("strict")),
         ("calibration", cfg.get("calibration") or "built-in crossovers"),
