@@ -40,11 +40,28 @@ _SUBMODULES = ("special",)
 def info() -> dict:
     """What fastmath sees here: versions, backends (available or why not), threads, selection.
 
+    ``fastmath info`` on the command line prints the same as a table (``--json`` as JSON).
+
+    Returns
+    -------
+    dict
+        ``"fastmath"``, ``"python"``, ``"platform"``: versions and the OS;
+        ``"versions"``: the numerical libraries (None when not installed);
+        ``"backends"``: each backend's name -> ``"available"`` or why it is not;
+        ``"threads"``: the threads the numpy backend uses;
+        ``"selection"``: the backend in force and where that came from;
+        ``"config"``: strict mode, calibration file and the ``FASTMATH_*`` variables read;
+        ``"cpu"``: model, SIMD level (NumPy's best dispatch target), cores;
+        ``"gpus"``: the CUDA devices torch sees; ``"thread_pools"``: threads per library.
+
     Examples
     --------
     >>> import fastmath
-    >>> sorted(fastmath.info())[:3]
-    ['backends', 'config', 'fastmath']
+    >>> d = fastmath.info()
+    >>> d["backends"]["numpy"]
+    'available'
+    >>> d["selection"]["backend"]
+    'auto'
     """
     from ._info import collect
 

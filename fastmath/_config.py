@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 BACKEND_NAMES = ("auto", "numpy", "numexpr", "torch-cpu", "torch-cuda")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def default_threads() -> int:
@@ -85,7 +86,12 @@ def read(environ=None) -> Config:
 
     raw = env.get("FASTMATH_LOG")
     if raw:
-        kw["log"] = raw.strip().lower()
+        level = raw.strip().lower()
+        if level in LOG_LEVELS:
+            kw["log"] = level
+        else:
+            _warn("FASTMATH_LOG", raw, "is not a logging level",
+                  f"no log is written. Valid choices: {', '.join(LOG_LEVELS)}")
 
     raw = env.get("FASTMATH_CUDA_MEMORY")
     if raw:

@@ -6,7 +6,7 @@ import os
 import platform
 import sys
 
-from . import _config, _selection, backends
+from . import _config, _hardware, _selection, backends
 
 
 def _version(dist):
@@ -66,12 +66,20 @@ def collect() -> dict:
         "config": {"strict": cfg.strict, "calibration": cfg.calibration,
                    "environment": dict(cfg.sources)},
         "settings": settings(cfg),
+        # after "backends": probing them loads torch, which the GPU lookup then asks
+        "cpu": _hardware.cpu(),
+        "gpus": _hardware.gpus(),
+        "thread_pools": _hardware.thread_pools(),
     }
 
 
 def render(d: dict) -> str:
+    cpu = d["cpu"]
     lines = [f"fastmath {d['fastmath']}  (python {d['python']}, {d['platform']})", "",
-             "versions:"]
+             f"cpu:       {cpu['model']} ({cpu['arch']}), SIMD {cpu['simd']}, "
+             f"{cpu['usable_cores']} of {cpu['logical_cores']} cores usable",
+             "gpus:      " + (", ".join(g["name"] for g in d["gpus"]["devices"])
+                              or d["gpus"]["note"]), "", "versions:"]
     lines += [f"  {k:<9} {v or 'not installed'}" for k, v in d["versions"].items()]
     lines += ["", "backends:"]
     lines += [f"  {k:<11} {v}" for k, v in d["backends"].items()]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ._numpy import np
 
-from . import _selection
+from . import _log, _selection
 from . import dask as _dask
 from ._registry import BY_NAME
 
@@ -74,15 +74,41 @@ def _partial(xa, axes, xb, dtype, chain=None):
                 f"FASTMATH_STRICT=1 forbids falling back to {name}")
         part = kernel(xa, axes, xb)
         if part is not NotImplemented:
+            if _log.state.on:
+                _log.logger.debug("logsumexp(%s%s, axes=%s): ran on %s (selection %s)", dtype,
+                                  list(xa.shape), axes, name, explicit,
+                                  extra={"ran_on": name})
             return part
+        _log.logger.debug("logsumexp(%s%s): %s declined it (chain: %s)", dtype,
+                          list(xa.shape), name, _log.chain_names(chain))
     raise AssertionError("the numpy backend ends every chain and never declines")
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """Compute the log of the sum of exponentials of input elements.
 
-    Same signature, dtypes and results as :func:`scipy.special.logsumexp` (within the
+    Same signature, dtypes and results as ``scipy.special.logsumexp`` (within the
     bound documented for each backend), computed by the backend fastmath selects.
+
+    Parameters
+    ----------
+    a : array_like
+        Input array.
+    axis : None or int or tuple of ints, optional
+        Axis or axes to sum over; all of them by default.
+    b : array_like, optional
+        Weights for ``exp(a)``, broadcast against ``a``; may be negative.
+    keepdims : bool, optional
+        Keep the reduced axes with length one.
+    return_sign : bool, optional
+        Also return the sign of the sum (then the result is ``log(abs(sum))``).
+
+    Returns
+    -------
+    res : ndarray or numpy scalar
+        ``log(sum(b * exp(a)))`` over ``axis``.
+    sgn : ndarray or numpy scalar
+        The sign of the sum, if ``return_sign``.
 
     Examples
     --------

@@ -12,7 +12,7 @@ import functools
 import inspect
 import warnings
 
-from . import _calibration, _config, backends
+from . import _calibration, _config, _log, backends
 from ._config import BACKEND_NAMES
 
 _scoped: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend", default=None)
@@ -30,7 +30,17 @@ _warned: set = set()
 
 
 class FallbackError(RuntimeError):
-    """Raised under FASTMATH_STRICT=1 when the chosen backend cannot run a call."""
+    """Raised under ``FASTMATH_STRICT=1`` when the chosen backend cannot run a call.
+
+    Without strict mode the call would have been handed to NumPy (and logged at DEBUG);
+    strict mode makes that an error, for jobs that must not silently run elsewhere.
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> issubclass(fastmath.FallbackError, RuntimeError)
+    True
+    """
 
 
 def current() -> str:
@@ -50,10 +60,21 @@ def _check(name) -> str:
 
 
 def set_backend(name: str) -> None:
-    """Set the process-wide default backend (``"auto"``, ``"numpy"``, ``"torch-cpu"``, ...).
+    """Set the process-wide default backend.
 
-    Raises ValueError naming the valid choices for an unknown name, and saying why for
-    a backend that cannot run on this machine.
+    The default applies wherever no :class:`backend` scope is in force, in every thread.
+    It starts as ``FASTMATH_BACKEND``, or ``"auto"``.
+
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (the message lists the valid ones), or a backend that cannot
+        run on this machine (the message says why).
 
     Examples
     --------
@@ -64,10 +85,16 @@ def set_backend(name: str) -> None:
     >>> fastmath.set_backend("auto")
     """
     state.default = _check(name)
+    _log.logger.debug("default backend set to %r by set_backend()", name)
 
 
 def get_backend() -> str:
     """The backend in force here: the innermost ``backend()`` scope, else the default.
+
+    Returns
+    -------
+    str
+        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
 
     Examples
     --------
@@ -81,6 +108,12 @@ def get_backend() -> str:
 
 def available_backends() -> list:
     """Names of the backends that can run here, ``"auto"`` first.
+
+    ``fastmath.info()["backends"]`` says why each of the others cannot.
+
+    Returns
+    -------
+    list of str
 
     Examples
     --------
@@ -98,12 +131,30 @@ class backend:
     exception or not. The name is checked at once: an unknown or unavailable backend
     raises ValueError before anything runs.
 
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, or a backend that cannot run on this machine.
+
     Examples
     --------
     >>> import fastmath, numpy
     >>> with fastmath.backend("numpy"):
     ...     float(fastmath.exp(numpy.float64(0.0)))
     1.0
+
+    As a decorator, for every call of a function:
+
+    >>> @fastmath.backend("numpy")
+    ... def where_am_i():
+    ...     return fastmath.get_backend()
+    >>> where_am_i(), fastmath.get_backend()
+    ('numpy', 'auto')
     """
 
     def __init__(self, name: str):
@@ -201,6 +252,7 @@ def _build(sel, spec, dtype):
         if strict():
             raise FallbackError(f"backend {sel!r} is unavailable: {why} (FASTMATH_STRICT=1 "
                                 "forbids falling back to numpy)")
+        _log.logger.debug("%s is unavailable (%s): %s falls back to numpy", sel, why, spec.name)
         _warn_once(("unavailable", sel),
                    f"fastmath: backend {sel!r} is unavailable ({why}); numpy runs instead. "
                    f"Set FASTMATH_BACKEND to one of: {', '.join(available_backends())}")
@@ -223,6 +275,7 @@ def plan(spec, dtype, size: int):
     p = _plans.get(key)
     if p is None:
         p = _plans[key] = _build(sel, spec, dtype)
+        _log.plan_built(spec, sel, dtype, p)
     if sel != "auto":
         return p
     for min_size, chain in p:

@@ -19,7 +19,7 @@ import warnings
 
 from ._numpy import np
 
-from . import _config, _fpe, _native, _selection
+from . import _config, _fpe, _log, _native, _selection
 from . import dask as _dask
 from .backends import HANDLED, UNCHECKED
 
@@ -27,6 +27,8 @@ _ndarray = np.ndarray
 _current = _selection.current
 _scoped_get = _selection._scoped.get
 _state = _selection.state
+_log_state = _log.state
+_logger = _log.logger
 _KEYWORDS = frozenset(("out", "where", "casting", "order", "dtype", "subok", "signature"))
 _SCALARS = (float, int, bool, complex, list, tuple)
 _ORDERS = ("K", "A", "C", "F")
@@ -34,18 +36,50 @@ _NUMERIC = "biufc"
 _instances: list = []
 
 
+class _Doc:
+    """The class's own docstring on the class, the reference's on each instance."""
+
+    def __init__(self, doc):
+        self.doc = doc
+
+    def __get__(self, obj, cls=None):
+        return self.doc if obj is None else obj.reference.__doc__
+
+
 class Ufunc:
     """A NumPy-compatible ufunc that runs on the backend fastmath selects.
 
-    Calls take exactly the reference ufunc's arguments; every attribute fastmath does not
-    define (``nin``, ``types``, ``reduce``, ``outer``, ...) is the reference's own.
+    ``fastmath.exp``, ``fastmath.log``, ``fastmath.erf``, ... are instances, one per
+    registry row. Calls take exactly the reference ufunc's arguments
+    (``x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+    subok=True``) and return what it returns; every attribute fastmath does not define
+    (``nin``, ``types``, ``reduce``, ``outer``, ...) is the reference's own, and so is
+    ``__doc__``: its examples are NumPy's/SciPy's, tested by them, and not run again
+    here.
+
+    Examples
+    --------
+    >>> import numpy, fastmath
+    >>> fastmath.exp.reference is numpy.exp
+    True
+    >>> x = numpy.array([0.0, 1.0, -numpy.inf])
+    >>> fastmath.exp(x)
+    array([1.        , 2.71828183, 0.        ])
+    >>> fastmath.exp(numpy.int8(1)).dtype  # numpy's type resolution: int8 -> float16
+    dtype('float16')
+    >>> with numpy.errstate(divide="raise"):
+    ...     fastmath.log(numpy.zeros(3))
+    Traceback (most recent call last):
+    ...
+    FloatingPointError: divide by zero encountered in log
     """
 
     def __init__(self, spec):
         self._spec = spec
         self.__name__ = self.__qualname__ = spec.name
         # Below this size ``auto`` calls the reference at once. It comes from the cost
-        # table, which is read at the first call, not at import: 0 until then.
+        # table, which is read at the first call, not at import: 0 until then, and 0
+        # while debug logging is on, so that every call takes the logged path.
         self._small = 0
         _instances.append(self)
         self._resolved: dict = {}
@@ -81,9 +115,6 @@ class Ufunc:
         # ufuncs expects (numpy.ufunc cannot be subclassed); type() is still Ufunc.
         return np.ufunc
 
-    @property
-    def __doc__(self):
-        return self.reference.__doc__
 
     def __repr__(self):
         return f"<fastmath ufunc {self.__name__!r} (accelerated {self._spec.ref.replace(':', '.')})>"
@@ -111,11 +142,14 @@ class Ufunc:
         return res
 
     def _call(self, x, args, kwargs):
-        if not self._small and _current() == "auto":
+        if not self._small and _current() == "auto" and not _log_state.on:
             self._small = _selection.small_size(self._spec)
         ref = self.reference
 
         def reference():
+            if _log_state.on:
+                _logger.debug("%s(%s): %s runs it (a case fastmath hands over unchanged)",
+                              self.__name__, _describe(x), self._spec.ref.replace(":", "."))
             if "where" in kwargs and self._spec.ref.startswith("scipy"):
                 return _where_outside(ref, x, args, kwargs)
             return ref(x, *args, **kwargs)
@@ -164,7 +198,11 @@ class Ufunc:
             return reference()
         chain = _selection.plan(self._spec, in_dt.name, xa.size)
         if not chain or xa.size == 0:
-            return reference()
+            if _log_state.on:
+                _logger.debug("%s(%s): %s runs it (below auto's smallest size for %s, or empty)",
+                              self.__name__, _describe(xa), self._spec.ref.replace(":", "."),
+                              in_dt.name)
+            return ref(x, *args, **kwargs)
         mask = None
         if where is not True:
             mask = np.asarray(where)
@@ -232,7 +270,13 @@ class Ufunc:
                 _selection.warn_failed(name, self.__name__, e, chain[i + 1][0])
                 continue
             if status is NotImplemented:
+                if _log_state.on:
+                    _logger.debug("%s(%s): %s declined it (chain: %s)", self.__name__,
+                                  _describe(ins[0]), name, _log.chain_names(chain))
                 continue
+            if _log_state.on:
+                _logger.debug("%s(%s): ran on %s (selection %s)", self.__name__,
+                              _describe(ins[0]), name, explicit, extra={"ran_on": name})
             if status is HANDLED:
                 return
             if status == UNCHECKED:
@@ -285,6 +329,18 @@ def _forget_small():
 
 
 _config.on_reload(_forget_small)
+
+
+Ufunc.__doc__ = _Doc(Ufunc.__doc__)
+
+
+def _describe(x) -> str:
+    """``float64[1000]``, ``int8 scalar`` or a type name, for log records."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return type(x).__name__
+    shape = getattr(x, "shape", ())
+    return f"{dtype}[{'x'.join(map(str, shape))}]" if shape else f"{dtype} scalar"
 
 
 def _lookup(name):

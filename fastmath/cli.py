@@ -7,10 +7,15 @@ import sys
 
 
 def _info(args) -> int:
-    from ._info import collect, render
+    from ._info import collect
 
     d = collect()
-    print(json.dumps(d, indent=2) if args.json else render(d))
+    if args.json:
+        print(json.dumps(d, indent=2))
+    else:
+        from ._table import show_info
+
+        show_info(d)
     return 0
 
 
@@ -24,6 +29,12 @@ def _calibrate(args) -> int:
     from . import _calibrate
 
     return _calibrate.main(args)
+
+
+def _check(args) -> int:
+    from . import _check
+
+    return _check.main(args)
 
 
 def main(argv=None) -> int:
@@ -46,6 +57,16 @@ def main(argv=None) -> int:
 
     calibrate_arguments(p)
     p.set_defaults(run=_calibrate)
+
+    p = sub.add_parser("check", help="check every backend here against numpy/scipy",
+                       description="Run each accelerated function on each available backend "
+                       "over special values and a spread of inputs, compare with NumPy/SciPy "
+                       "(bitwise on numpy, within the documented ULP bounds elsewhere), and say "
+                       "whether they match. Exit status 1 if any does not.")
+    from ._check import add_arguments as check_arguments
+
+    check_arguments(p)
+    p.set_defaults(run=_check)
 
     args = parser.parse_args(argv)
     return args.run(args)
