@@ -13,7 +13,7 @@ from __future__ import annotations
 from ._numpy import np
 
 from . import _selection
-from ._ufunc import _KEYWORDS, _NUMERIC, _ORDERS, Ufunc
+from ._ufunc import _KEYWORDS, _NUMERIC, _ORDERS, Ufunc, _where_outside
 
 _ndarray = np.ndarray
 _scoped_get = _selection._scoped.get
@@ -68,6 +68,8 @@ class BinaryUfunc(Ufunc):
         ref = self.reference
 
         def reference():
+            if "where" in kwargs and self._spec.ref.startswith("scipy"):
+                return _where_outside(ref, (x1, x2), args, kwargs)
             return ref(x1, x2, *args, **kwargs)
 
         if kwargs.keys() - _KEYWORDS or len(args) > 1 or (args and "out" in kwargs):

@@ -146,12 +146,12 @@ class Ufunc:
             self._small = _selection.small_size(self._spec)
         ref = self.reference
 
-        def reference():
+        def reference(why="a case fastmath hands over unchanged"):
             if _log_state.on:
-                _logger.debug("%s(%s): %s runs it (a case fastmath hands over unchanged)",
-                              self.__name__, _describe(x), self._spec.ref.replace(":", "."))
+                _logger.debug("%s(%s): %s runs it (%s)", self.__name__, _describe(x),
+                              self._spec.ref.replace(":", "."), why)
             if "where" in kwargs and self._spec.ref.startswith("scipy"):
-                return _where_outside(ref, x, args, kwargs)
+                return _where_outside(ref, (x,), args, kwargs)
             return ref(x, *args, **kwargs)
 
         if kwargs.keys() - _KEYWORDS or len(args) > 1 or (args and "out" in kwargs):
@@ -198,11 +198,7 @@ class Ufunc:
             return reference()
         chain = _selection.plan(self._spec, in_dt.name, xa.size)
         if not chain or xa.size == 0:
-            if _log_state.on:
-                _logger.debug("%s(%s): %s runs it (below auto's smallest size for %s, or empty)",
-                              self.__name__, _describe(xa), self._spec.ref.replace(":", "."),
-                              in_dt.name)
-            return ref(x, *args, **kwargs)
+            return reference(f"below auto's smallest size for {in_dt.name}, or empty")
         mask = None
         if where is not True:
             mask = np.asarray(where)
@@ -289,8 +285,8 @@ class Ufunc:
         return _fpe.derive(self.reference, ins, res)
 
 
-def _where_outside(ref, x, args, kwargs):
-    """``ref(x, *args, **kwargs)`` with ``where=`` applied here, not by the ufunc.
+def _where_outside(ref, ins, args, kwargs):
+    """``ref(*ins, *args, **kwargs)`` with ``where=`` applied here, not by the ufunc.
 
     SciPy's ufuncs corrupt the heap when ``where=`` meets a casting loop (scipy/scipy#25127;
     seen for erf with float32 input and a float64 out=), so they never see ``where=``.
@@ -301,10 +297,10 @@ def _where_outside(ref, x, args, kwargs):
     o = out[0] if type(out) is tuple and len(out) == 1 else out
     if o is None:
         _warn_where()
-        return ref(x, **kwargs)
+        return ref(*ins, **kwargs)
     if not isinstance(o, np.ndarray):
-        return ref(x, out=out, **kwargs)  # NumPy's own error for a bad out=
-    tmp = ref(x, out=np.empty_like(o), **kwargs)
+        return ref(*ins, out=out, **kwargs)  # NumPy's own error for a bad out=
+    tmp = ref(*ins, out=np.empty_like(o), **kwargs)
     np.copyto(o, tmp, where=where)
     return o
 
