@@ -72,7 +72,15 @@ def _compare_unary(spec, backend, dtype):
 
     x = samples(dtype)
     with np.errstate(all="ignore"):
-        expected = spec.reference()(x)
+        try:
+            expected = spec.reference()(x)
+        except TypeError as e:  # no loop for this dtype: fastmath must refuse alike
+            try:
+                with fastmath.backend(backend):
+                    getattr(fastmath, spec.name)(x)
+            except type(e):
+                return 0, 0, ""
+            return None, 0, f"NumPy/SciPy raised {type(e).__name__}; fastmath did not"
         with fastmath.backend(backend):
             got = getattr(fastmath, spec.name)(x)
     if type(got) is not type(expected) or got.dtype != expected.dtype:
