@@ -105,8 +105,9 @@ ROWS = (
     Spec("logit", "scipy.special:logit", "unary", cost=2.0),
     Spec("log_expit", "scipy.special:log_expit", "unary", cost=4.0),
     Spec("ndtr", "scipy.special:ndtr", "unary", cost=8.0),
-    Spec("ndtri", "scipy.special:ndtri", "unary", {"torch": "special.ndtri"}, ulp=(4, 4),
-         cost=8.0),
+    # torch's float32 ndtri is up to 3.1 ULP from the true value where SciPy's is 0.5
+    # (bench/accuracy.py, 20000 points on [0, 1] and log-spread toward 0): NumPy's only.
+    Spec("ndtri", "scipy.special:ndtri", "unary", cost=8.0),
     Spec("log_ndtr", "scipy.special:log_ndtr", "unary", cost=8.0),
     Spec("gammaln", "scipy.special:gammaln", "unary", cost=8.0),
     Spec("digamma", "scipy.special:digamma", "unary", cost=8.0),
