@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import mpmath
 import numpy as np
+import scipy.special
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -93,7 +94,6 @@ def _erfcinv(q):
         return mpmath.erfinv(1 - q)  # 1 - q is exact; no cancellation in erf near 0
     if q > 1:
         return -_erfcinv(2 - q)
-    import scipy.special
     x = mpf(float(scipy.special.erfcinv(float(q))))
     for _ in range(20):
         dx = (mpmath.erfc(x) - q) / (2 / mpmath.sqrt(mp.pi) * mpmath.exp(-x * x))
