@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,12 +27,8 @@ import scipy.special
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-# Run as a script, this folder leads sys.path, and bench/cuda.py would shadow the
-# optional `cuda` package that importing torch looks for.
-sys.path[:] = [str(ROOT)] + [q for q in sys.path if Path(q or ".").resolve() != HERE]
-
-import fastmath  # noqa: E402
-from fastmath._registry import ROWS  # noqa: E402
+import fastmath
+from fastmath._registry import ROWS
 
 mp, mpf = mpmath.mp, mpmath.mpf
 # 80 bits leaves 27 bits beyond float64 for the few ULPs the references lose;

@@ -15,7 +15,7 @@ its dtype may be "*" (every dtype without an entry of its own).
 
 Rows are about host (NumPy) data. A row may name ``torch-cuda`` only where the streaming
 pipeline was measured faster than the best CPU backend for that function, dtype and size
-(bench/cuda.py prints such rows in this format); no default row does, so without a
+(bench/gpu_stream.py prints such rows in this format); no default row does, so without a
 measurement ``auto`` keeps host data on the CPU. Data already on a device is computed
 there whatever the rows say (fastmath/_native.py).
 ``python -m fastmath calibrate`` measures this machine and writes the same format to

@@ -1,7 +1,7 @@
 """torch-cuda on a real GPU. Every test carries the ``cuda`` marker and skips without one.
 
 Run with ``python -m pytest -m cuda -q tests/test_cuda.py``. Speed is measured by
-bench/cuda.py; the one timed check here is a sanity floor far below the acceptance figure,
+bench/gpu_stream.py; the one timed check here is a sanity floor far below the acceptance figure,
 there to catch a pipeline that serialises its streams.
 """
 import time

@@ -1,4 +1,4 @@
-"""GPU benchmark: python bench/cuda.py [--sizes 1e6,1e7,1e8] [--repeat 5] [--json FILE]
+"""GPU benchmark: python bench/gpu_stream.py [--sizes 1e6,1e7,1e8] [--repeat 5] [--json FILE]
 
 For float32 and float64 arrays of each size: host-to-device copy throughput from pageable
 and from pinned memory, the torch-cuda pipeline's throughput (input bytes per second) for
@@ -9,14 +9,8 @@ Exits with status 2 and a message when torch sees no CUDA device.
 """
 import argparse
 import json
-import os
 import sys
 import time
-
-# Run as a script, this file's folder leads sys.path, and its name would shadow the
-# `cuda` package (cuda.bindings) that torch imports.
-here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [q for q in sys.path if os.path.abspath(q or ".") != here]
 
 import numpy as np
 
@@ -29,9 +23,9 @@ args = p.parse_args()
 try:
     import torch
 except ImportError:
-    sys.exit("bench/cuda.py: torch is not installed; nothing to measure")
+    sys.exit("bench/gpu_stream.py: torch is not installed; nothing to measure")
 if not torch.cuda.is_available():
-    print("bench/cuda.py: torch sees no CUDA device, so there is no GPU to measure. "
+    print("bench/gpu_stream.py: torch sees no CUDA device, so there is no GPU to measure. "
           "Run this on a machine with one (fastmath.info() shows what fastmath sees).",
           file=sys.stderr)
     sys.exit(2)
