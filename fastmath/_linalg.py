@@ -74,7 +74,7 @@ def _matmul_rows(a, b, out):
     np.matmul(a[..., None, :], b[..., :, None], out=out[..., None, None])
 
 
-def _matmul_rows_chunked(a, b, out):
+def _matmul_rows_chunked(a, b, /, out):
     """_matmul_rows over chunks of rows, one per thread. ``a``, ``b`` broadcast to ``out``."""
     shape = out.shape + a.shape[-1:]
     a, b = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
@@ -98,7 +98,7 @@ def vecdot(x1, x2, /, out=None, *, axis=-1, **kwargs):
     Same signature, dtypes, broadcasting and errors as ``numpy.vecdot`` (on NumPy 1.x, an
     equivalent through ``numpy.einsum``); ``out=`` and the other ufunc keywords are passed
     to NumPy. Real float32/float64 inputs of one dtype run on the fastest formulation
-    measured for their shape (see :doc:`the linalg page <linalg>`); the result may then
+    measured for their shape (see docs/linalg.md); the result may then
     differ from NumPy's in the last bits, as any other summation order would.
 
     Parameters
@@ -122,6 +122,7 @@ def vecdot(x1, x2, /, out=None, *, axis=-1, **kwargs):
     np.complex128(2+0j)
     """
     if (out is None and not kwargs and type(x1) is _ndarray and type(x2) is _ndarray
+            and (x1.size >= CHUNK_MIN_SIZE or x2.size >= CHUNK_MIN_SIZE)
             and x1.dtype == x2.dtype and x1.dtype in _REAL and x1.ndim and x2.ndim
             and type(axis) is int and -x1.ndim <= axis < x1.ndim
             and -x2.ndim <= axis < x2.ndim):
@@ -190,7 +191,11 @@ def _parse(subscripts, nda, ndb):
         return None  # an axis summed in one operand only: not a product pattern
     if not (set(la) & set(lb)) - set(lo):
         return None  # nothing contracted: an outer product
-    return la, lb, lo
+    batch = [x for x in lo if x in la and x in lb]
+    rows = [x for x in lo if x in la and x not in lb]
+    cols = [x for x in lo if x in lb and x not in la]
+    inner = [x for x in la if x in lb and x not in lo]
+    return la, lb, lo, batch, rows, cols, inner
 
 
 def _group(x, labels, order):
@@ -241,8 +246,11 @@ def einsum(*operands, **kwargs):
     return _einsum_ref(*operands, **kwargs)
 
 
-def _product(a, b, la, lb, lo):
+def _product(a, b, la, lb, lo, batch, rows, cols, inner):
     """``einsum`` of one matched pattern, or None for what NumPy must answer."""
+    if not rows and not cols and (a.dtype not in _REAL or max(a.size, b.size) < CHUNK_MIN_SIZE
+                                  and a.shape[la.index(inner[-1])] < VECDOT_LENGTHS[0]):
+        return None  # a dot product numpy.einsum does as fast (or, complex, conjugates not)
     size = {}
     for x, labels in ((a, la), (b, lb)):
         for label, n in zip(labels, x.shape):
@@ -250,27 +258,18 @@ def _product(a, b, la, lb, lo):
             if m != n and not (isinstance(label, int) and 1 in (m, n)):
                 return None  # NumPy's error, or a broadcast it does only on '...' axes
             size[label] = max(m, n)
-    batch = [x for x in lo if x in la and x in lb]
-    rows = [x for x in lo if x in la and x not in lb]
-    cols = [x for x in lo if x in lb and x not in la]
-    inner = [x for x in la if x in lb and x not in lo]
     k = math.prod(size[x] for x in inner)
     sa = tuple(a.shape[la.index(x)] for x in batch)
     sb = tuple(b.shape[lb.index(x)] for x in batch)
     shape = np.broadcast_shapes(sa, sb)
     if not rows and not cols:  # a batched dot product
-        if a.dtype not in _REAL:
-            return None  # complex: einsum does not conjugate, vecdot does
+        chunked = _chunked(math.prod(shape), k, a.dtype)
+        if not chunked and not VECDOT_LENGTHS[0] <= k <= VECDOT_LENGTHS[1]:
+            return None
         A = _group(a, la, batch + inner).reshape(sa + (k,))
         B = _group(b, lb, batch + inner).reshape(sb + (k,))
         res = np.empty(shape, a.dtype)
-        n = math.prod(shape)
-        if _chunked(n, k, a.dtype):
-            _matmul_rows_chunked(A, B, res)
-        elif VECDOT_LENGTHS[0] <= k <= VECDOT_LENGTHS[1]:
-            _vecdot_ref(A, B, out=res)
-        else:
-            return None
+        (_matmul_rows_chunked if chunked else _vecdot_ref)(A, B, out=res)
     else:
         m = math.prod(size[x] for x in rows)
         n = math.prod(size[x] for x in cols)
