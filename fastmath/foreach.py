@@ -55,7 +55,7 @@ class Foreach:
     >>> import numpy as np, fastmath
     >>> xs = [np.zeros(2), np.ones(3, np.float32), 1.0]
     >>> fastmath.foreach.exp(xs)
-    [array([1., 1.]), array([2.7182817, 2.7182817, 2.7182817], dtype=float32), np.float64(2.718281828459045)]
+    [array([1., 1.]), array([2.718282, 2.718282, 2.718282], dtype=float32), np.float64(2.718281828459045)]
     >>> ys = [np.zeros(2), np.ones(2)]
     >>> _ = fastmath.foreach.exp(ys, out=ys)  # in place
     >>> ys[1]
