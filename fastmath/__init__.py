@@ -20,6 +20,7 @@ from ._selection import (FallbackError, available_backends, backend, get_backend
                          set_backend)
 from ._binary import BinaryUfunc
 from ._elementwise import Function
+from ._linalg import einsum, vecdot
 from ._ufunc import Ufunc
 
 __version__ = "0.1.0"
@@ -33,8 +34,8 @@ psi = digamma  # noqa: F821 - scipy.special.psi is digamma itself
 
 # fastmath's own names; everything else resolves to numpy.
 _OWN = ("set_backend", "get_backend", "backend", "available_backends", "info", "explain",
-        "FallbackError", "special", "Ufunc", "accelerate", "patch", "__version__")
-_SUBMODULES = ("special",)
+        "FallbackError", "special", "foreach", "Ufunc", "accelerate", "patch", "__version__")
+_SUBMODULES = ("special", "foreach")
 
 
 def info() -> dict:

@@ -16,6 +16,7 @@ from . import _config
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _size = 0
+_PREFIX = "fastmath-pool"
 
 
 def threads() -> int:
@@ -34,7 +35,7 @@ def _get_pool(workers: int) -> ThreadPoolExecutor:
     global _pool, _size
     with _lock:
         if _pool is None or _size < workers:
-            _pool, _size = ThreadPoolExecutor(workers, thread_name_prefix="fastmath"), workers
+            _pool, _size = ThreadPoolExecutor(workers, thread_name_prefix=_PREFIX), workers
         return _pool
 
 
@@ -42,10 +43,13 @@ def run(tasks):
     """Run zero-argument callables concurrently, the last one in this thread.
 
     Returns their results in order. Every task finishes before this returns, even when
-    one raises: no chunk is still writing into an output the caller may reuse.
+    one raises: no chunk is still writing into an output the caller may reuse. Called from
+    a worker of the pool itself (a task that splits its own work, as fastmath.foreach's
+    do), the tasks run one after another there: waiting on the pool from inside it could
+    wait forever.
     """
-    if len(tasks) == 1:
-        return [tasks[0]()]
+    if len(tasks) == 1 or threading.current_thread().name.startswith(_PREFIX):
+        return [t() for t in tasks]
     pool = _get_pool(len(tasks) - 1)
     futures = [pool.submit(t) for t in tasks[:-1]]
     error = None

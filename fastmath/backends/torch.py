@@ -106,6 +106,14 @@ class TorchBackend:
             return lse_partial
         return None
 
+    def foreach(self, spec):
+        """A kernel over a list of arrays (fastmath.foreach), or None."""
+        if self.why_unavailable() is not None:
+            return None
+        from ._torch_foreach import kernel
+
+        return kernel(self, spec, _torch)
+
     _dev = None
 
     @property

@@ -1,0 +1,62 @@
+"""torch's ``_foreach_<op>_`` kernels for fastmath.foreach: one call over a list of arrays.
+
+Only for registry rows that have a torch kernel (their torch function is held to the row's
+ULP bound against the reference) and whose torch function has a ``_foreach`` form: torch's
+name for ``expit`` is ``sigmoid``. The in-place form runs on the outputs, after the inputs
+are copied into them, so an input is never written unless it is its own output.
+"""
+from __future__ import annotations
+
+from .._numpy import np
+
+from . import UNCHECKED
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_ALIASES = {"expit": "sigmoid"}
+
+
+def kernel(backend, spec, torch):
+    name = spec.kernels.get("torch")
+    if name is None or spec.kind != "unary":
+        return None
+    name = name.rpartition(".")[2]
+    fn = getattr(torch, f"_foreach_{_ALIASES.get(name, name)}_", None)
+    return None if fn is None else _Foreach(fn, backend.device, torch)
+
+
+class _Foreach:
+    """``k(xs, outs)``: computes the pairs it takes, returns UNCHECKED or NotImplemented each."""
+
+    __slots__ = ("fn", "device", "torch")
+
+    def __init__(self, fn, device, torch):
+        self.fn, self.device, self.torch = fn, device, torch
+
+    def __call__(self, xs, outs):
+        from .torch import takes, tensor
+
+        status = []
+        pairs = []
+        for x, o in zip(xs, outs):
+            ok = (type(x) is np.ndarray and x.dtype in _FLOATS and takes(x) and x.size
+                  and o.dtype == x.dtype and o.shape == x.shape and takes(o)
+                  and (o is x or not np.may_share_memory(x, o)))
+            status.append(UNCHECKED if ok else NotImplemented)
+            if ok:
+                pairs.append((x, o))
+        if not pairs:
+            return status
+        torch = self.torch
+        with torch.inference_mode():
+            ts = [tensor(o) for _, o in pairs]
+            if self.device == "cpu":
+                for (x, o), t in zip(pairs, ts):
+                    if x is not o:
+                        t.copy_(tensor(x))
+                self.fn(ts)
+            else:
+                dev = [tensor(x).to(self.device, non_blocking=True) for x, _ in pairs]
+                self.fn(dev)
+                for t, d in zip(ts, dev):
+                    t.copy_(d)
+        return status
