@@ -10,8 +10,6 @@ in fastmath/_linalg.py is read off these tables.
 python bench/vecdot.py [--rounds 7] [--quick]
 """
 import argparse
-import os
-import sys
 import time
 
 import numpy as np
@@ -28,9 +26,6 @@ MATMUL = {(500, 500): ("ij,jk->ik", lambda a, b: (a, b)),
 
 
 def _torch():
-    # torch probes for a module named cuda; bench/cuda.py must not be the one it finds
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
         import torch
     except ImportError:
