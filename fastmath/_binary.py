@@ -13,7 +13,8 @@ from __future__ import annotations
 from ._numpy import np
 
 from . import _selection
-from ._ufunc import _KEYWORDS, _NUMERIC, _ORDERS, Ufunc, _where_outside
+from ._ufunc import (_BAD_OUT, _KEYWORDS, _NUMERIC, _ORDERS, Ufunc, _single_out,
+                     _where_outside)
 
 _ndarray = np.ndarray
 _scoped_get = _selection._scoped.get
@@ -105,11 +106,9 @@ class BinaryUfunc(Ufunc):
             shape = np.broadcast_shapes(arrays[0].shape, arrays[1].shape)
         except ValueError:
             return reference()
-        o = out
-        if type(o) is tuple:
-            if len(o) != 1:
-                return reference()
-            o = o[0]
+        o = _single_out(out)
+        if o is _BAD_OUT:
+            return reference()
         if o is not None and (type(o) is not _ndarray or o.shape != shape
                               or not o.flags.writeable or o.dtype != out_dt):
             return reference()

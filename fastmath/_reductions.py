@@ -35,9 +35,18 @@ except ImportError:  # numpy < 2
 
 
 def _normalize_axes(axis, ndim):
+    """Sorted, non-negative axes; NumPy's AxisError, or ValueError for a repeated axis."""
     if axis is None:
         return tuple(range(ndim))
     return tuple(sorted(normalize_axis_tuple(axis, ndim)))
+
+
+def _valid_axes(axis, ndim):
+    """``_normalize_axes``, or None where SciPy's own error should answer the call."""
+    try:
+        return _normalize_axes(axis, ndim)
+    except (TypeError, ValueError, np.exceptions.AxisError):
+        return None
 
 
 def _finish(part, a, b, axes, return_sign, total=None):
@@ -68,10 +77,7 @@ def _partial(xa, axes, xb, dtype, chain=None):
         chain = _selection.plan(_SPEC, dtype.name, xa.size)
     explicit = _selection.current()
     for name, kernel in chain:
-        if name != explicit and explicit != "auto" and _selection.strict():
-            raise _selection.FallbackError(
-                f"backend {explicit!r} cannot run logsumexp on this {dtype} input, and "
-                f"FASTMATH_STRICT=1 forbids falling back to {name}")
+        _selection.forbid_fallback(explicit, name, "logsumexp", dtype)
         part = kernel(xa, axes, xb)
         if part is not NotImplemented:
             if _log.state.on:
@@ -156,11 +162,8 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         except ValueError:
             return reference()
         xa, xb = np.broadcast_to(xa, shape), np.broadcast_to(xb, shape)
-    try:
-        axes = _normalize_axes(axis, xa.ndim)
-    except (TypeError, ValueError, np.exceptions.AxisError):
-        return reference()
-    if len(set(axes)) != len(axes):
+    axes = _valid_axes(axis, xa.ndim)
+    if axes is None:
         return reference()
 
     part = _partial(xa, axes, xb, dtype, chain)
@@ -203,19 +206,13 @@ def _softmax_front(name):
         chain = _selection.plan(spec, xa.dtype.name, xa.size)
         if not chain:
             return ref(x, axis=axis)
-        try:
-            axes = _normalize_axes(axis, xa.ndim)
-        except (TypeError, ValueError, np.exceptions.AxisError):
-            return ref(x, axis=axis)
-        if len(set(axes)) != len(axes):
+        axes = _valid_axes(axis, xa.ndim)
+        if axes is None:
             return ref(x, axis=axis)
         out = np.empty_like(xa)
         explicit = _selection.current()
         for backend_name, kernel in chain:
-            if backend_name != explicit and explicit != "auto" and _selection.strict():
-                raise _selection.FallbackError(
-                    f"backend {explicit!r} cannot run {name} on this {xa.dtype} input, and "
-                    f"FASTMATH_STRICT=1 forbids falling back to {backend_name}")
+            _selection.forbid_fallback(explicit, backend_name, name, xa.dtype)
             if kernel(xa, axes, out) is not NotImplemented:
                 break
         from ._fpe import watched

@@ -225,6 +225,13 @@ def _warn_once(key, message):
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
+def forbid_fallback(explicit, name, function, dtype) -> None:
+    """Under FASTMATH_STRICT=1, refuse to run on ``name`` a call chosen for ``explicit``."""
+    if name != explicit and explicit != "auto" and strict():
+        raise FallbackError(f"backend {explicit!r} cannot run {function} on this {dtype} "
+                            f"input, and FASTMATH_STRICT=1 forbids falling back to {name}")
+
+
 def warn_failed(name, function, error, instead):
     """One warning per (backend, kind of error) when a kernel fails part-way."""
     _warn_once(("failed", name, type(error).__name__),

@@ -180,11 +180,9 @@ class Ufunc:
                 if r is not NotImplemented:
                     return r
             return reference()
-        o = out
-        if type(o) is tuple:
-            if len(o) != 1:
-                return reference()
-            o = o[0]
+        o = _single_out(out)
+        if o is _BAD_OUT:
+            return reference()
         if (signature is not None or xa.dtype.kind not in _NUMERIC or order not in _ORDERS
                 or (o is not None and (type(o) is not _ndarray or o.shape != xa.shape
                                        or not o.flags.writeable))):
@@ -252,10 +250,7 @@ class Ufunc:
         explicit = _current()
         last = len(chain) - 1
         for i, (name, kernel) in enumerate(chain):
-            if name != explicit and explicit != "auto" and _selection.strict():
-                raise _selection.FallbackError(
-                    f"backend {explicit!r} cannot run {self.__name__} on this {ins[0].dtype} "
-                    f"input, and FASTMATH_STRICT=1 forbids falling back to {name}")
+            _selection.forbid_fallback(explicit, name, self.__name__, ins[0].dtype)
             try:
                 status = kernel(*ins, res)
             except FloatingPointError:
@@ -285,6 +280,16 @@ class Ufunc:
         return _fpe.derive(self.reference, ins, res)
 
 
+_BAD_OUT = object()
+
+
+def _single_out(out):
+    """The one output array of ``out=`` (an array, None, or a 1-tuple), else _BAD_OUT."""
+    if type(out) is tuple:
+        return out[0] if len(out) == 1 else _BAD_OUT
+    return out
+
+
 def _where_outside(ref, ins, args, kwargs):
     """``ref(*ins, *args, **kwargs)`` with ``where=`` applied here, not by the ufunc.
 
@@ -294,7 +299,7 @@ def _where_outside(ref, ins, args, kwargs):
     kwargs = dict(kwargs)
     where = kwargs.pop("where")
     out = args[0] if args else kwargs.pop("out", None)
-    o = out[0] if type(out) is tuple and len(out) == 1 else out
+    o = _single_out(out)
     if o is None:
         _warn_where()
         return ref(*ins, **kwargs)
