@@ -26,16 +26,21 @@ _CONTAINERS = (list, tuple)
 _WEAK_TYPES = int(np.__version__.split(".")[0]) >= 2
 
 
+_MISSING = object()
+
+
 class BinaryUfunc(Ufunc):
     """A NumPy-compatible two-argument ufunc that runs on the backend fastmath selects."""
 
-    def __call__(self, x1, x2, /, *args, **kwargs):
+    def __call__(self, x1=_MISSING, x2=_MISSING, /, *args, **kwargs):
         # The hot path: small arrays under auto go straight to the reference.
         if (not args and not kwargs and type(x1) is _ndarray and x1.size < self._small
                 and (type(x2) is not _ndarray or x2.size < self._small)):
             scoped = _scoped_get()
             if (_state.default if scoped is None else scoped) == "auto":
                 return self._ref(x1, x2)
+        if x2 is _MISSING:  # NumPy's own TypeError for too few arguments
+            return self.reference(*(() if x1 is _MISSING else (x1,)), *args, **kwargs)
         return self._call2(x1, x2, args, kwargs)
 
     def _operand(self, x):

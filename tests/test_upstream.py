@@ -82,6 +82,22 @@ def test_fastmath_runs_them(upstream, backend):
     assert upstream[backend]["tests"].keys() == upstream["reference"]["tests"].keys()
 
 
+# Tests that pass on NumPy but not on a backend, each with the reason. Nothing else may differ.
+KNOWN = {
+    "torch-cpu": {
+        # numpy asserts sin(x[::-1]) bitwise equal to the same call writing into an
+        # overlapping out=. torch cannot view negative strides, so the first call runs on
+        # numpy; the overlap makes the front end copy the input (positive strides), so the
+        # second runs on torch: equal within the 1-ULP bound, not bitwise. Only when
+        # torch-cpu is forced; auto runs float32 sin/cos on numpy.
+        "test_umath.py::TestSpecialFloats::test_sincos_overlaps[-1-f-sin]":
+            "layout-dependent backend, within the stated ULP bound",
+        "test_umath.py::TestSpecialFloats::test_sincos_overlaps[-1-f-cos]":
+            "layout-dependent backend, within the stated ULP bound",
+    },
+}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_what_passes_on_numpy_passes_on_fastmath(upstream, backend):
     reference = upstream["reference"]["tests"]
@@ -89,4 +105,7 @@ def test_what_passes_on_numpy_passes_on_fastmath(upstream, backend):
     print(f"\nupstream {backend}:", _counts(ours))
     worse = {k: ours[k] for k, (outcome, _) in reference.items()
              if outcome in ("passed", "xfailed") and ours[k][0] != outcome}
-    assert not worse, "\n".join(f"{k}: {v[0]} {v[1]}" for k, v in sorted(worse.items()))
+    known = KNOWN.get(backend, {})
+    assert known.keys() <= worse.keys(), "a known difference no longer occurs: drop it"
+    unexplained = {k: v for k, v in worse.items() if k not in known}
+    assert not unexplained, "\n".join(f"{k}: {v[0]} {v[1]}" for k, v in sorted(unexplained.items()))
