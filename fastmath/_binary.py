@@ -14,7 +14,7 @@ from ._numpy import np
 
 from . import _selection
 from ._ufunc import (_BAD_OUT, _KEYWORDS, _NUMERIC, _ORDERS, Ufunc, _single_out,
-                     _where_outside)
+                     _where_mask, _where_outside)
 
 _ndarray = np.ndarray
 _scoped_get = _selection._scoped.get
@@ -123,15 +123,9 @@ class BinaryUfunc(Ufunc):
         chain = _selection.plan(self._spec, out_dt.name, size)
         if not chain or size == 0:
             return reference()
-        mask = None
-        if where is not True:
-            mask = np.asarray(where)
-            if mask.dtype != bool:
-                return reference()
-            try:
-                mask = np.broadcast_to(mask, shape)
-            except ValueError:
-                return reference()
+        mask = _where_mask(where, shape)
+        if mask is _BAD_OUT:
+            return reference()
 
         ins = []
         like = None  # the result follows the layout of an operand of the full shape

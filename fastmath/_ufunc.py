@@ -197,15 +197,9 @@ class Ufunc:
         chain = _selection.plan(self._spec, in_dt.name, xa.size)
         if not chain or xa.size == 0:
             return reference(f"below auto's smallest size for {in_dt.name}, or empty")
-        mask = None
-        if where is not True:
-            mask = np.asarray(where)
-            if mask.dtype != bool:
-                return reference()
-            try:
-                mask = np.broadcast_to(mask, xa.shape)
-            except ValueError:
-                return reference()
+        mask = _where_mask(where, xa.shape)
+        if mask is _BAD_OUT:
+            return reference()
 
         if xa.dtype == in_dt:
             xin = xa
@@ -280,7 +274,7 @@ class Ufunc:
         return _fpe.derive(self.reference, ins, res)
 
 
-_BAD_OUT = object()
+_BAD_OUT = object()  # an out= or where= fastmath leaves to NumPy
 
 
 def _single_out(out):
@@ -288,6 +282,20 @@ def _single_out(out):
     if type(out) is tuple:
         return out[0] if len(out) == 1 else _BAD_OUT
     return out
+
+
+def _where_mask(where, shape):
+    """``where=`` as a boolean mask of ``shape``, None for True, or _BAD_OUT if NumPy must
+    answer (a non-boolean or unbroadcastable mask)."""
+    if where is True:
+        return None
+    mask = np.asarray(where)
+    if mask.dtype != bool:
+        return _BAD_OUT
+    try:
+        return np.broadcast_to(mask, shape)
+    except ValueError:
+        return _BAD_OUT
 
 
 def _where_outside(ref, ins, args, kwargs):
