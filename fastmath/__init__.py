@@ -29,8 +29,8 @@ _FRONT_ENDS = {"unary": Ufunc, "binary": BinaryUfunc, "elementwise": Function}
 for _spec in _registry.ROWS:
     if _spec.kind in _FRONT_ENDS:
         globals()[_spec.name] = _FRONT_ENDS[_spec.kind](_spec)
+        globals().update(dict.fromkeys(_spec.aliases, globals()[_spec.name]))
 del _spec
-psi = digamma  # noqa: F821 - scipy.special.psi is digamma itself
 
 # fastmath's own names; everything else resolves to numpy.
 _OWN = ("set_backend", "get_backend", "backend", "available_backends", "info", "explain",
