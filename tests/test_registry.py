@@ -105,3 +105,27 @@ def test_sample_is_in_the_domain_where_the_reference_is_finite(row, dtype):
     if row.kind not in ("logsumexp", "softmax"):
         with np.errstate(all="ignore"):
             assert np.isfinite(row.reference()(*xs)).all()
+
+
+def test_the_docs_function_table_has_a_column_per_backend_and_every_kernel():
+    from fastmath import _docs
+
+    lines = _docs.function_table().splitlines()
+    header = next(line for line in lines if line.startswith("| function |"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert [c for c in cols if c in backends.NAMES] == list(backends.NAMES)
+    for row in ROWS:
+        line = next(line for line in lines if line.startswith(f"| `{row.name}` |"))
+        cells = dict(zip(cols, (c.strip() for c in line.strip("|").split("|"))))
+        for b in backends.NAMES:
+            kernel = row.kernels.get(_docs.family(b))
+            if b == "numpy":
+                assert cells[b] == "reference"
+            elif kernel is None:
+                assert cells[b] == "-", (row.name, b)
+            else:
+                assert kernel in cells[b], (row.name, b)
+        for alias in row.aliases:
+            assert f"`{alias}`" in cells["reference"]
+    assert any("exp" in line.split("|")[cols.index("numexpr") + 1] for line in lines
+               if line.startswith("| `exp` |"))
