@@ -14,18 +14,19 @@ from fastmath._registry import BY_NAME, ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = set(BY_NAME)
+KINDS = {row.kind for row in ROWS}  # "logsumexp" and "softmax" are kinds as well as names
 
 
 def _name_keyed_dicts():
     """(file, line, keys) of every dict literal in fastmath/ and bench/ with two or more
-    keys that are registry names: a table keyed by function name."""
+    keys that are registry names: a table keyed by function name (not one keyed by kind)."""
     files = sorted((ROOT / "fastmath").rglob("*.py")) + sorted((ROOT / "bench").glob("*.py"))
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Dict):
                 keys = {k.value for k in node.keys
                         if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-                if len(keys & NAMES) >= 2:
+                if len(keys & NAMES) >= 2 and not keys <= KINDS:
                     yield path.relative_to(ROOT), node.lineno, keys
 
 
