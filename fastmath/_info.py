@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import platform
 import sys
 
@@ -33,17 +32,36 @@ def settings(cfg) -> dict:
     backend = _setting(cfg, "FASTMATH_BACKEND", default, "default")
     if default != cfg.backend:
         backend["source"] = "set_backend()"
-    calibration = _setting(cfg, "FASTMATH_CALIBRATION", cfg.calibration,
-                           "default: built-in crossovers")
-    if cfg.calibration is not None and not os.path.exists(cfg.calibration):
-        calibration["source"] += " (no such file)"
     return {
         "backend": backend,
         "threads": _setting(cfg, "FASTMATH_NUM_THREADS", cfg.num_threads,
                             "default: the cores this process may use"),
         "strict": _setting(cfg, "FASTMATH_STRICT", cfg.strict, "default"),
-        "calibration": calibration,
+        "calibration": calibration(cfg),
     }
+
+
+def calibration(cfg) -> dict:
+    """The cost table ``auto`` uses: this machine's file, or the built-in defaults and why."""
+    import warnings
+
+    from . import _calibration
+
+    path = _calibration.user_path()
+    named = "FASTMATH_CALIBRATION" in cfg.sources and "FASTMATH_CALIBRATION" not in cfg.ignored
+    where = f"FASTMATH_CALIBRATION={cfg.sources['FASTMATH_CALIBRATION']}" if named else \
+        "the default path"
+    if any(e.source == str(path) for e in _calibration.table().values()):
+        return {"value": str(path), "source": f"measured by fastmath calibrate; {where}"}
+    if not path.exists():
+        return {"value": "built-in defaults",
+                "source": f"no file at {path} ({where}); `fastmath calibrate` writes one"}
+    with warnings.catch_warnings(record=True) as caught:  # the reason, said once already
+        warnings.simplefilter("always")
+        _calibration._read_user(path)
+    why = str(caught[0].message).partition(": ")[2].partition("; auto uses")[0] if caught \
+        else f"ignoring the calibration file {path}"
+    return {"value": "built-in defaults", "source": why}
 
 
 def collect() -> dict:

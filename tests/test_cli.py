@@ -2,6 +2,7 @@
 ``check`` (and that it can fail), a usage error naming the valid choices for every bad
 option value."""
 import json
+from pathlib import Path
 import re
 import subprocess
 import sys
@@ -223,3 +224,49 @@ def test_check_fails_when_a_numexpr_kernel_is_broken(monkeypatch, capsys):
                               ["--functions", "log1p", "--backends", "numexpr"])
     assert code == 1 and "MISMATCH log1p on numexpr (float32)" in out
     assert cli.main(["check", "--functions", "log1p", "--backends", "numexpr"]) == 0
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """The default calibration path under a fresh cache folder, no FASTMATH_CALIBRATION."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FASTMATH_CALIBRATION", raising=False)
+    _config.reload()
+    yield tmp_path / "fastmath" / "calibration.json"
+    monkeypatch.undo()
+    _config.reload()
+
+
+def test_info_shows_the_calibration_file_in_force(cache_dir, capsys):
+    assert fastmath.info()["settings"]["calibration"]["value"] == "built-in defaults"
+    assert cli.main(["calibrate", "--functions", "exp", "--dtypes", "float64", "--sizes",
+                     "64,4096", "--rounds", "1"]) == 0
+    assert cache_dir.exists()
+    assert fastmath.explain("exp", np.ones(64)).source == str(cache_dir)
+    setting = fastmath.info()["settings"]["calibration"]
+    assert setting["value"] == str(cache_dir) and "fastmath calibrate" in setting["source"]
+    capsys.readouterr()
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    # the path whole, folded over the lines of its table cell
+    assert str(cache_dir) in "".join(re.findall(r"│ *([^│ ]*) *│ *[^│]*│$", out, re.M)), out
+    assert "built-in crossovers" not in out
+
+
+def test_info_says_why_a_calibration_file_is_not_used(cache_dir):
+    cache_dir.parent.mkdir(parents=True)
+    data = json.loads((Path(_check.__file__).with_name("calibration-defaults.json")).read_text())
+    data["machine"] = {"cpu": "another"}
+    cache_dir.write_text(json.dumps(data))
+    with pytest.warns(_config.ConfigWarning, match="another machine"):
+        setting = fastmath.info()["settings"]["calibration"]
+    assert setting["value"] == "built-in defaults"
+    assert "another machine" in setting["source"] and str(cache_dir) in setting["source"]
+
+
+def test_info_settings_are_a_table_not_a_dict(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "{'value'" not in out and "'source'" not in out
+    for name in fastmath.info()["settings"]:
+        assert re.search(rf"^\W*{name}\b", out, re.M), name
