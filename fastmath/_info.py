@@ -42,26 +42,27 @@ def settings(cfg) -> dict:
 
 
 def calibration(cfg) -> dict:
-    """The cost table ``auto`` uses: this machine's file, or the built-in defaults and why."""
+    """The cost table ``auto`` uses: this machine's file (its path is the value), or the
+    built-in defaults (value None) and why no file is used."""
     import warnings
 
     from . import _calibration
 
     path = _calibration.user_path()
-    named = "FASTMATH_CALIBRATION" in cfg.sources and "FASTMATH_CALIBRATION" not in cfg.ignored
-    where = f"FASTMATH_CALIBRATION={cfg.sources['FASTMATH_CALIBRATION']}" if named else \
-        "the default path"
+    raw = cfg.sources.get("FASTMATH_CALIBRATION")
+    named = f"FASTMATH_CALIBRATION={raw}" if raw and "FASTMATH_CALIBRATION" not in cfg.ignored \
+        else None
     if any(e.source == str(path) for e in _calibration.table().values()):
-        return {"value": str(path), "source": f"measured by fastmath calibrate; {where}"}
+        return {"value": str(path), "source": named or "default path, written by calibrate"}
     if not path.exists():
-        return {"value": "built-in defaults",
-                "source": f"no file at {path} ({where}); `fastmath calibrate` writes one"}
-    with warnings.catch_warnings(record=True) as caught:  # the reason, said once already
-        warnings.simplefilter("always")
-        _calibration._read_user(path)
-    why = str(caught[0].message).partition(": ")[2].partition("; auto uses")[0] if caught \
-        else f"ignoring the calibration file {path}"
-    return {"value": "built-in defaults", "source": why}
+        why = f"no such file: {path}; `fastmath calibrate` writes one"
+    else:
+        with warnings.catch_warnings(record=True) as caught:  # said once already, at load
+            warnings.simplefilter("always")
+            _calibration._read_user(path)
+        why = (str(caught[0].message).partition("; auto uses")[0].removeprefix("fastmath: ")
+               if caught else f"{path} is not used")
+    return {"value": None, "source": f"built-in defaults; {named + ': ' if named else ''}{why}"}
 
 
 def collect() -> dict:

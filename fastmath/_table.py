@@ -61,7 +61,8 @@ def show_info(d: dict, file=None) -> None:
     t.add_column("from", style="dim", overflow="fold")
     t.add_row("selection", d["selection"]["backend"], d["selection"]["source"])
     for name, s in d.get("settings", {}).items():
-        t.add_row(name, str(s["value"]), s["source"])
+        value = "built-in defaults" if name == "calibration" and s["value"] is None else s["value"]
+        t.add_row(name, str(value), s["source"])
     env = d["config"].get("environment") or {}
     t.add_row("environment", ", ".join(f"{k}={v}" for k, v in env.items()) or "no FASTMATH_* set",
               "")
