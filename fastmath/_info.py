@@ -62,7 +62,7 @@ def calibration(cfg) -> dict:
             _calibration._read_user(path)
         why = (str(caught[0].message).partition("; auto uses")[0].removeprefix("fastmath: ")
                if caught else f"{path} is not used")
-    return {"value": None, "source": f"built-in defaults; {named + ': ' if named else ''}{why}"}
+    return {"value": None, "source": f"{named + ': ' if named else ''}{why}"}
 
 
 def collect() -> dict:
@@ -92,6 +92,11 @@ def collect() -> dict:
     }
 
 
+def shown(setting, value) -> str:
+    """A setting's value for people: no calibration file means the built-in defaults."""
+    return "built-in defaults" if setting == "calibration" and value is None else str(value)
+
+
 def render(d: dict) -> str:
     cpu = d["cpu"]
     lines = [f"fastmath {d['fastmath']}  (python {d['python']}, {d['platform']})", "",
@@ -105,7 +110,8 @@ def render(d: dict) -> str:
     lines += ["", f"threads:   {d['threads']}",
               f"selection: {d['selection']['backend']} ({d['selection']['source']})",
               f"strict:    {d['config']['strict']}", "", "settings:"]
-    lines += [f"  {k:<11} {v['value']}  ({v['source']})" for k, v in d["settings"].items()]
+    lines += [f"  {k:<11} {shown(k, v['value'])}  ({v['source']})"
+              for k, v in d["settings"].items()]
     env = d["config"]["environment"]
     lines.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
     return "\n".join(lines)

@@ -20,6 +20,7 @@ def show_info(d: dict, file=None) -> None:
         print(render(d), file=file)
         return
     console = Console(file=file, highlight=False)
+    from ._info import shown
 
     def pairs(title, rows):
         t = Table(title=title, title_justify="left", show_header=False, box=None,
@@ -61,8 +62,7 @@ def show_info(d: dict, file=None) -> None:
     t.add_column("from", style="dim", overflow="fold")
     t.add_row("selection", d["selection"]["backend"], d["selection"]["source"])
     for name, s in d.get("settings", {}).items():
-        value = "built-in defaults" if name == "calibration" and s["value"] is None else s["value"]
-        t.add_row(name, str(value), s["source"])
+        t.add_row(name, shown(name, s["value"]), s["source"])
     env = d["config"].get("environment") or {}
     t.add_row("environment", ", ".join(f"{k}={v}" for k, v in env.items()) or "no FASTMATH_* set",
               "")
