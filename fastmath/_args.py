@@ -7,6 +7,8 @@ measured before it is found and no traceback is shown.
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 
 def _split(text: str, what: str) -> list:
@@ -104,3 +106,17 @@ def shape(text: str) -> tuple:
     if not dims or any(d < 1 for d in dims):
         raise argparse.ArgumentTypeError(f"{text!r} is not a shape such as 3000x3000")
     return dims
+
+
+def output_file(text: str) -> str:
+    """A file to write at the end of a run: its folder must exist and take new files, so
+    a typo is found before the run rather than after it."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file")
+    folder = path.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{str(folder)!r} is not an existing folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {str(folder)!r}")
+    return text

@@ -49,7 +49,8 @@ def _checks() -> dict:
     return {
         "bench": {"functions": _args.functions(_bench.FUNCTIONS), "dtypes": bench_dtypes,
                   "sizes": _args.sizes, "backends": _args.backends(include_auto=False),
-                  "lse_shape": _args.shape},
+                  "lse_shape": _args.shape, "json": _args.output_file,
+                  "plot": _args.output_file},
         "calibrate": {"functions": _args.functions(_bench.FUNCTIONS),
                       "dtypes": _args.names(lambda: _calibrate.DTYPES, "dtype"),
                       "sizes": _args.sizes},

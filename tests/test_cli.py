@@ -106,6 +106,8 @@ def test_version_names_fastmath_and_numpy(capsys):
     (["bench", "--dtypes", "int8"], "float32"),
     (["bench", "--lse-shape", "3000x"], "3000x3000"),
     (["bench", "--functions", "nosuch"], "exp, log"),
+    (["bench", "--json", "/nonexistent/folder/b.json"], "not an existing folder"),
+    (["bench", "--plot", "/"], "is a directory"),
 ])
 def test_a_bad_option_value_is_a_usage_error_naming_the_choices(argv, named, capsys,
                                                                    tmp_path, monkeypatch):
