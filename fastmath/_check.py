@@ -93,10 +93,10 @@ class _RanOn(logging.Handler):
 def _both(reference, ours):
     """(expected, got, problem): both calls' results, or why they disagree on raising.
 
-    Where both raise, the exception types must match: a function called wrongly (too
-    few operands) raises alike on both sides and tests nothing, so the operands here
-    are always well formed and a shared exception is only ever a dtype the reference
-    has no loop for.
+    Where both raise, the exception types must match. A function called wrongly (too
+    few operands) raises alike on both sides and tests nothing, so the operands here are
+    always well formed: a shared exception is a call the reference itself refuses (a
+    dtype it has no loop for), shown as such in the report rather than as a result.
     """
     errors = []
     results = []
