@@ -39,40 +39,7 @@ WIDTH = 8  # the reduced axis of logsumexp, softmax, log_softmax
 INF = math.inf
 
 
-class Arg(NamedTuple):
-    """Where one input is drawn: half uniform in ``dense``, half with magnitudes
-    log-uniform in ``spread`` (clipped to [tiny, max] of the dtype), of either sign if
-    ``signed``; with ``ints`` half the dense draws are whole numbers."""
-    dense: tuple = (-10, 10)
-    spread: tuple = (0, INF)
-    signed: bool = True
-    ints: bool = False
-
-    def __str__(self):
-        def end(v, name):
-            return name if v in (0, INF) else f"{v:g}"
-        lo, hi = end(self.spread[0], "tiny"), end(self.spread[1], "max")
-        dense = f"[{self.dense[0]:g}, {self.dense[1]:g}]" + (" (half whole)" if self.ints else "")
-        return f"{dense} ∪ {'±' if self.signed else ''}[{lo}, {hi}]"
-
-    def draw(self, rng, dt, m, spread):
-        f = np.finfo(dt)
-        if not spread:
-            x = rng.uniform(*self.dense, m)
-            if self.ints:
-                x[: m // 2] = np.round(x[: m // 2])
-            return x.astype(dt)
-        lo, hi = max(self.spread[0], float(f.tiny)), min(self.spread[1], float(f.max))
-        x = 2.0 ** rng.uniform(np.log2(lo), np.log2(hi), m)
-        if self.signed:
-            x *= rng.choice([-1.0, 1.0], m)
-        return x.astype(dt)
-
-
-WHOLE = Arg()
-UNIT = Arg((-1, 1), (0, 1))
-PROB = Arg((0, 1), (0, 1), signed=False)
-ROW = Arg((-30, 30), (0, 0))  # reductions: rows of WIDTH values, dense only
+# Where each row is sampled is the row's own (Spec.domain, Spec.operands in the registry).
 
 
 # --- true values (mpmath numbers in, out; precision is the caller's) ------------------
@@ -150,12 +117,9 @@ def _softmax(row):
 
 class Truth(NamedTuple):
     fn: object
-    args: tuple = (WHOLE,)
 
 
-POWER = (Arg(), Arg((-10, 10), (0, 64), ints=True))
-# The correctly rounded reference of each registry row and where it is sampled; a new
-# row needs one here.
+# The correctly rounded reference of each registry row; a new row needs one here.
 TRUE = {
     "exp": Truth(mpmath.exp), "log": Truth(mpmath.log), "log1p": Truth(mpmath.log1p),
     "expm1": Truth(mpmath.expm1), "erf": Truth(mpmath.erf),
@@ -164,47 +128,45 @@ TRUE = {
     "sqrt": Truth(mpmath.sqrt), "cbrt": Truth(lambda v: mpmath.sign(v) * mpmath.cbrt(abs(v))),
     "square": Truth(lambda v: v * v), "reciprocal": Truth(lambda v: 1 / v),
     "sin": Truth(mpmath.sin), "cos": Truth(mpmath.cos), "tan": Truth(mpmath.tan),
-    "arcsin": Truth(mpmath.asin, (UNIT,)), "arccos": Truth(mpmath.acos, (UNIT,)),
+    "arcsin": Truth(mpmath.asin), "arccos": Truth(mpmath.acos),
     "arctan": Truth(mpmath.atan), "sinh": Truth(mpmath.sinh), "cosh": Truth(mpmath.cosh),
     "tanh": Truth(mpmath.tanh), "arcsinh": Truth(mpmath.asinh),
-    "arccosh": Truth(mpmath.acosh, (Arg((1, 10), (1, INF), signed=False),)),
-    "arctanh": Truth(mpmath.atanh, (UNIT,)),
-    # NumPy's sinc is the normalized one; beyond 2**23 every float32 is whole (sinc 0)
-    "sinc": Truth(lambda v: mpf(1) if v == 0 else mpmath.sinpi(v) / (mp.pi * v),
-                  (Arg((-10, 10), (0, 1e3)),)),
+    "arccosh": Truth(mpmath.acosh),
+    "arctanh": Truth(mpmath.atanh),
+    # NumPy's sinc is the normalized one
+    "sinc": Truth(lambda v: mpf(1) if v == 0 else mpmath.sinpi(v) / (mp.pi * v)),
     "i0": Truth(lambda v: mpmath.besseli(0, v)),
-    "power": Truth(lambda x, y: x ** y, POWER), "float_power": Truth(lambda x, y: x ** y, POWER),
-    "arctan2": Truth(mpmath.atan2, (WHOLE, WHOLE)),
-    "hypot": Truth(mpmath.hypot, (WHOLE, WHOLE)),
-    "logaddexp": Truth(_logaddexp, (WHOLE, WHOLE)),
-    "logaddexp2": Truth(lambda a, b: _logaddexp(a, b, 2), (WHOLE, WHOLE)),
-    "erfc": Truth(mpmath.erfc), "erfinv": Truth(_erfinv, (UNIT,)),
-    "erfcinv": Truth(_erfcinv, (Arg((0, 2), (0, 2), signed=False),)),
+    "power": Truth(lambda x, y: x ** y), "float_power": Truth(lambda x, y: x ** y),
+    "arctan2": Truth(mpmath.atan2),
+    "hypot": Truth(mpmath.hypot),
+    "logaddexp": Truth(_logaddexp),
+    "logaddexp2": Truth(lambda a, b: _logaddexp(a, b, 2)),
+    "erfc": Truth(mpmath.erfc), "erfinv": Truth(_erfinv),
+    "erfcinv": Truth(_erfcinv),
     "erfcx": Truth(_erfcx),
     "expit": Truth(lambda v: 1 / (1 + _exp(-v)) if v >= 0 else _exp(v) / (1 + _exp(v))),
     # log1p where p/(1 - p) is near 1 (p near 1/2), log where it is not
     "logit": Truth(lambda p: mpmath.log1p((2 * p - 1) / (1 - p)) if p > 0.25
-                   else mpmath.log(p / (1 - p)), (PROB,)),
+                   else mpmath.log(p / (1 - p))),
     "log_expit": Truth(lambda v: -mpmath.log1p(_exp(-v)) if v >= 0
                        else v - mpmath.log1p(_exp(v))),
     "ndtr": Truth(lambda v: mpmath.erfc(-v / mpmath.sqrt(2)) / 2),
-    "ndtri": Truth(lambda p: -mpmath.sqrt(2) * _erfcinv(2 * p), (PROB,)),
+    "ndtri": Truth(lambda p: -mpmath.sqrt(2) * _erfcinv(2 * p)),
     "log_ndtr": Truth(_log_ndtr),
     "gammaln": Truth(_gammaln), "digamma": Truth(mpmath.digamma),
-    "entr": Truth(lambda v: -v * mpmath.log(v), (Arg((0, 10), (0, INF), signed=False),)),
-    "xlogy": Truth(lambda x, y: x * mpmath.log(y),
-                   (WHOLE, Arg((0, 10), (0, INF), signed=False))),
-    "xlog1py": Truth(lambda x, y: x * mpmath.log1p(y), (WHOLE, Arg((-1, 10)))),
-    "logsumexp": Truth(_lse, (ROW,)),
-    "softmax": Truth(_softmax, (ROW,)),
-    "log_softmax": Truth(_log_softmax, (ROW,)),
+    "entr": Truth(lambda v: -v * mpmath.log(v)),
+    "xlogy": Truth(lambda x, y: x * mpmath.log(y)),
+    "xlog1py": Truth(lambda x, y: x * mpmath.log1p(y)),
+    "logsumexp": Truth(_lse),
+    "softmax": Truth(_softmax),
+    "log_softmax": Truth(_log_softmax),
 }
 REDUCTIONS = ("logsumexp", "softmax")  # registry kinds whose input is rows of WIDTH
 
 
 def domain(spec):
     """The sample domain of ``spec``, in words, for the table."""
-    args = TRUE[spec.name].args
+    args = spec.operands
     if spec.kind in REDUCTIONS:
         return f"rows of {WIDTH} in [{args[0].dense[0]:g}, {args[0].dense[1]:g}]"
     if len(args) == 1:
@@ -224,7 +186,7 @@ def sample(spec, dtype, n, seed=0):
     rng = np.random.default_rng(seed)
     dt = np.dtype(dtype)
     tiny = np.finfo(dt).tiny
-    args = TRUE[spec.name].args
+    args = spec.operands
     if spec.kind in REDUCTIONS:
         rows = n if spec.kind == "logsumexp" else -(-n // WIDTH)  # about n results
         return (rng.uniform(*args[0].dense, (rows, WIDTH)).astype(dt),)

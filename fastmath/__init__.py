@@ -29,8 +29,8 @@ _FRONT_ENDS = {"unary": Ufunc, "binary": BinaryUfunc, "elementwise": Function}
 for _spec in _registry.ROWS:
     if _spec.kind in _FRONT_ENDS:
         globals()[_spec.name] = _FRONT_ENDS[_spec.kind](_spec)
+        globals().update(dict.fromkeys(_spec.aliases, globals()[_spec.name]))
 del _spec
-psi = digamma  # noqa: F821 - scipy.special.psi is digamma itself
 
 # fastmath's own names; everything else resolves to numpy.
 _OWN = ("set_backend", "get_backend", "backend", "available_backends", "info", "explain",
@@ -69,13 +69,15 @@ def info() -> dict:
     return collect()
 
 
-def explain(func, x):
-    """Which backend ``auto`` runs for ``func(x)``, and the cost-table row that says so.
+def explain(func, x, y=None):
+    """Which backend ``auto`` runs for ``func(x)`` (``func(x, y)`` for a binary function),
+    and the cost-table row that says so.
 
-    ``func`` is an accelerated function (fastmath's, NumPy's/SciPy's, or its name). The
-    answer names the row (from how many elements, backends by preference), where the
-    table came from (the built-in defaults or this machine's calibration file) and the
-    times measured nearest this size; ``print`` it, or read its attributes.
+    ``func`` is an accelerated function (fastmath's, NumPy's/SciPy's, or its name); for a
+    binary one ``y`` is the second operand (``x`` again if not given). The answer names
+    the row (from how many elements, backends by preference), where the table came from
+    (the built-in defaults or this machine's calibration file) and the times measured
+    nearest this size; ``print`` it, or read its attributes.
 
     Examples
     --------
@@ -85,7 +87,7 @@ def explain(func, x):
     """
     from ._explain import explain as _explain
 
-    return _explain(func, x)
+    return _explain(func, x, y)
 
 
 def __getattr__(name):

@@ -44,16 +44,15 @@ def add_arguments(p) -> None:
 
 
 def _input(name, n, dtype, rng):
-    if name == "logsumexp":
-        return rng.standard_normal(n).astype(dtype)
-    lo, hi = {"log": (0.01, 100), "log1p": (-0.9, 100), "erf": (-3, 3)}.get(name, (-10, 10))
-    return rng.uniform(lo, hi, n).astype(dtype)
+    from ._registry import BY_NAME
+
+    return BY_NAME[name].sample(n, dtype, rng)[0]
 
 
 def _reference(name):
-    import scipy.special
+    from ._registry import BY_NAME
 
-    return getattr(scipy.special, name) if name in ("erf", "logsumexp") else getattr(np, name)
+    return BY_NAME[name].reference()
 
 
 def runs(name, backend) -> bool:

@@ -11,12 +11,13 @@ import datetime
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from . import _bench, _calibration
+from . import _args, _bench, _calibration
 
 SIZES = tuple(4 ** k for k in range(3, 12))  # 64 to 4M elements, a factor 4 apart
 QUICK_SIZES = tuple(4 ** k for k in range(3, 12, 2))
@@ -30,7 +31,7 @@ def add_arguments(p) -> None:
     p.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes")
     p.add_argument("--sizes", default=None,
                    help="comma-separated element counts (default: 64 to 4M, a factor 4 apart)")
-    p.add_argument("--rounds", type=int, default=5,
+    p.add_argument("--rounds", type=_args.positive_int, default=5,
                    help="timed rounds per cell; the median is kept (default: 5)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
     p.add_argument("--output", metavar="FILE", default=None,
@@ -101,19 +102,32 @@ def calibrate(functions=_bench.FUNCTIONS, dtypes=DTYPES, sizes=SIZES, rounds=5, 
     return path, data
 
 
+def _unwritable(path: Path):
+    """Why ``path`` cannot be written (None if it can): its folder is made, as calibrate
+    would make it, and a scratch file tried there."""
+    if path.is_dir():
+        return "it is a directory"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def main(args) -> int:
-    functions = [f for f in args.functions.split(",") if f]
-    unknown = set(functions) - set(_bench.FUNCTIONS)
-    if unknown:
-        raise SystemExit(f"unknown function(s) {sorted(unknown)}; "
-                         f"choose from {', '.join(_bench.FUNCTIONS)}")
+    """Values were checked by the command line (fastmath/cli.py): a bad one never gets here."""
+    functions = _args.functions(_bench.FUNCTIONS)(args.functions)
     dtypes = [d for d in args.dtypes.split(",") if d]
-    if set(dtypes) - set(DTYPES):
-        raise SystemExit(f"unknown dtype(s) in {args.dtypes!r}; choose from {', '.join(DTYPES)}")
-    sizes = (tuple(sorted(int(float(s)) for s in args.sizes.split(","))) if args.sizes
-             else QUICK_SIZES if args.quick else SIZES)
+    sizes = (_args.sizes(args.sizes) if args.sizes else QUICK_SIZES if args.quick else SIZES)
     rounds = min(args.rounds, 3) if args.quick else args.rounds
-    path, data = calibrate(functions, dtypes, sizes, rounds, args.output)
+    path = Path(args.output) if args.output else _calibration.user_path()
+    problem = _unwritable(path)
+    if problem:  # found before minutes of measuring, not after
+        print(f"fastmath calibrate: error: cannot write {path}: {problem}", file=sys.stderr)
+        return 2
+    path, data = calibrate(functions, dtypes, sizes, rounds, path)
     print(f"wrote {path}")
     for name in functions:
         for dtype in dtypes:

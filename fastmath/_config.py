@@ -10,7 +10,9 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-BACKEND_NAMES = ("auto", "numpy", "numexpr", "torch-cpu", "torch-cuda")
+from .backends import NAMES as _BACKENDS
+
+BACKEND_NAMES = ("auto",) + _BACKENDS
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")

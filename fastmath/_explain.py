@@ -5,8 +5,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _calibration, _selection
+from . import _calibration, _registry, _selection
 from ._registry import BY_NAME
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @dataclass(frozen=True)
@@ -21,24 +23,33 @@ class Explanation:
     measured: dict = field(default_factory=dict)  # nearest grid size's times, seconds
     measured_at: int | None = None
     selected: str = "auto"  # the selection in force where explain() was called
+    reason: str = ""  # why the front end hands such a call to the reference at any size
+    rows: tuple = ()  # every row of the table for this function and dtype
 
     def __str__(self):
         ref = BY_NAME[self.function].ref.replace(":", ".")
         pick = f"the reference {ref} directly" if self.backend == "reference" else self.backend
-        lines = [f"fastmath.{self.function} on {self.dtype}, {self.size} elements: "
+        lines = [f"fastmath.{self.function} on {self.dtype}, {_elements(self.size)}: "
                  f"auto runs {pick}"]
         if self.row is None:
-            why = ("below the table's first row" if self.source != "not measured"
-                   else f"{self.dtype} is not in the table")
+            if self.reason:
+                why = self.reason
+            elif self.source == "not measured":
+                why = f"{self.dtype} is not in the table"
+            elif self.rows:
+                why = "below the table's first row"
+            else:
+                why = "the table sends every size to the reference"
             lines.append(f"  why: {why}; the call goes straight to the reference")
         else:
             names = " > ".join(self.row[1]) or "reference"
-            lines.append(f"  table row: from {self.row[0]} elements, {names}")
-        lines.append(f"  source: {self.source}")
+            lines.append(f"  table row: from {_elements(self.row[0])}, {names}")
+        if not self.reason:
+            lines.append(f"  source: {self.source}")
         if self.measured:
             times = ", ".join(f"{k} {_fmt(v)}" for k, v in
                               sorted(self.measured.items(), key=lambda kv: kv[1]))
-            lines.append(f"  measured at {self.measured_at} elements: {times}")
+            lines.append(f"  measured at {_elements(self.measured_at)}: {times}")
         if self.then:
             lines.append(f"  if {self.backend} declines this input: {', then '.join(self.then)}")
         if self.selected != "auto":
@@ -46,6 +57,10 @@ class Explanation:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def _elements(n):
+    return f"{n} element" + ("" if n == 1 else "s")
 
 
 def _fmt(t):
@@ -56,36 +71,58 @@ def _spec(func):
     import fastmath
 
     name = func if isinstance(func, str) else getattr(func, "__name__", None)
-    spec = BY_NAME.get(name)
-    if spec is not None and (func is name or func is getattr(fastmath, name)
+    try:
+        spec = _registry.lookup(name) if isinstance(name, str) else None
+    except KeyError:
+        spec = None
+    if spec is not None and (func is name or func is getattr(fastmath, spec.name)
                              or func is spec.reference()):
         return spec
     raise ValueError(f"explain() takes an accelerated function or its name; got {func!r}. "
                      f"Valid choices: {', '.join(BY_NAME)}")
 
 
-def _dtype(spec, a):
+def _loop(spec, a, b):
+    """(the dtype auto plans with, or None where the front end always calls the reference;
+    the number of elements)."""
+    if spec.kind == "binary":
+        size = int(np.prod(np.broadcast_shapes(a.shape, b.shape)))
+        return spec.reference().resolve_dtypes((a.dtype, b.dtype, None))[2], size
+    if spec.kind == "unary":
+        return spec.reference().resolve_dtypes((a.dtype, None))[0], a.size
     if spec.kind == "logsumexp":
-        return np.dtype(np.float64) if a.dtype.kind in "biu" else a.dtype
-    return spec.reference().resolve_dtypes((a.dtype, None))[0]
+        return (np.dtype(np.float64) if a.dtype.kind in "biu" else a.dtype), a.size
+    # elementwise functions and softmax take float32 and float64 arrays, of one dimension
+    # at least for the former; the reference everything else
+    if a.dtype not in _FLOATS or (spec.kind == "elementwise" and a.ndim == 0):
+        return None, a.size
+    return a.dtype, a.size
 
 
-def explain(func, x) -> Explanation:
+def explain(func, x, y=None) -> Explanation:
     spec = _spec(func)
     a = x if isinstance(x, np.ndarray) else np.asarray(x)
-    dtype = _dtype(spec, a).name
+    b = a if y is None else y if isinstance(y, np.ndarray) else np.asarray(y)
+    loop, size = _loop(spec, a, b)
+    if loop is None:
+        return Explanation(spec.name, a.dtype.name, int(size), "reference", (), None,
+                           "not measured", selected=_selection.current(),
+                           reason=f"fastmath.{spec.name} hands {a.dtype.name} "
+                           f"{'scalars' if a.ndim == 0 else 'arrays'} to the reference")
+    dtype = loop.name
     entry = _calibration.entry(spec.name, dtype)
-    row = entry.row(a.size) if entry is not None else None
+    row = entry.row(size) if entry is not None else None
     chain = ()
     if row is not None:
         for min_size, c in _selection._build("auto", spec, dtype):
-            if a.size >= min_size:
+            if size >= min_size:
                 chain = c
                 break
     names = tuple(n for n, _ in chain)
     measured, at = {}, None
     if entry is not None:
-        at, measured = entry.nearest(a.size)
-    return Explanation(spec.name, dtype, int(a.size), names[0] if names else "reference",
+        at, measured = entry.nearest(size)
+    return Explanation(spec.name, dtype, int(size), names[0] if names else "reference",
                        names[1:], row, entry.source if entry is not None else "not measured",
-                       measured, at, _selection.current())
+                       measured, at, _selection.current(),
+                       rows=entry.rows if entry is not None else ())

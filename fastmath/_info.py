@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import platform
 import sys
 
@@ -33,17 +32,37 @@ def settings(cfg) -> dict:
     backend = _setting(cfg, "FASTMATH_BACKEND", default, "default")
     if default != cfg.backend:
         backend["source"] = "set_backend()"
-    calibration = _setting(cfg, "FASTMATH_CALIBRATION", cfg.calibration,
-                           "default: built-in crossovers")
-    if cfg.calibration is not None and not os.path.exists(cfg.calibration):
-        calibration["source"] += " (no such file)"
     return {
         "backend": backend,
         "threads": _setting(cfg, "FASTMATH_NUM_THREADS", cfg.num_threads,
                             "default: the cores this process may use"),
         "strict": _setting(cfg, "FASTMATH_STRICT", cfg.strict, "default"),
-        "calibration": calibration,
+        "calibration": calibration(cfg),
     }
+
+
+def calibration(cfg) -> dict:
+    """The cost table ``auto`` uses: this machine's file (its path is the value), or the
+    built-in defaults (value None) and why no file is used."""
+    import warnings
+
+    from . import _calibration
+
+    path = _calibration.user_path()
+    raw = cfg.sources.get("FASTMATH_CALIBRATION")
+    named = f"FASTMATH_CALIBRATION={raw}" if raw and "FASTMATH_CALIBRATION" not in cfg.ignored \
+        else None
+    if any(e.source == str(path) for e in _calibration.table().values()):
+        return {"value": str(path), "source": named or "default path, written by calibrate"}
+    if not path.exists():
+        why = f"no such file: {path}; `fastmath calibrate` writes one"
+    else:
+        with warnings.catch_warnings(record=True) as caught:  # said once already, at load
+            warnings.simplefilter("always")
+            _calibration._read_user(path)
+        why = (str(caught[0].message).partition("; auto uses")[0].removeprefix("fastmath: ")
+               if caught else f"{path} is not used")
+    return {"value": None, "source": f"{named + ': ' if named else ''}{why}"}
 
 
 def collect() -> dict:
@@ -73,6 +92,11 @@ def collect() -> dict:
     }
 
 
+def shown(setting, value) -> str:
+    """A setting's value for people: no calibration file means the built-in defaults."""
+    return "built-in defaults" if setting == "calibration" and value is None else str(value)
+
+
 def render(d: dict) -> str:
     cpu = d["cpu"]
     lines = [f"fastmath {d['fastmath']}  (python {d['python']}, {d['platform']})", "",
@@ -86,7 +110,8 @@ def render(d: dict) -> str:
     lines += ["", f"threads:   {d['threads']}",
               f"selection: {d['selection']['backend']} ({d['selection']['source']})",
               f"strict:    {d['config']['strict']}", "", "settings:"]
-    lines += [f"  {k:<11} {v['value']}  ({v['source']})" for k, v in d["settings"].items()]
+    lines += [f"  {k:<11} {shown(k, v['value'])}  ({v['source']})"
+              for k, v in d["settings"].items()]
     env = d["config"]["environment"]
     lines.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
     return "\n".join(lines)

@@ -2,17 +2,65 @@
 
 A row is all there is to declaring a function. The front end takes the signature and the
 docstring from the reference, so they cannot drift; each backend looks up its kernel by
-the name given for its family in ``kernels`` (the numpy backend always runs the reference
-itself). ``cost`` (time per input byte relative to NumPy's exp) tells the numpy backend
-when splitting work across threads pays. ``fpe`` says whether the reference can raise NumPy floating-point errors (so a
-backend that cannot observe the FPU flags must have them derived). ``ulp`` is the
+the name given for its family in ``kernels`` ("torch": a torch function, "numexpr": a
+numexpr function; the numpy backend always runs the reference itself). ``cost`` (time per
+input byte relative to NumPy's exp) tells the numpy backend when splitting work across
+threads pays. ``fpe`` says whether the reference can raise NumPy floating-point errors (so
+a backend that cannot observe the FPU flags must have them derived). ``ulp`` is the
 documented bound, in units in the last place against the reference, for backends whose
-kernels are not the reference's own (float32, float64).
+kernels are not the reference's own (float32, float64). ``domain`` says where each operand
+is sampled (the benchmarks, ``fastmath check``, the accuracy report); ``aliases`` are
+other public names of the same function (SciPy's ``psi`` is ``digamma``).
+
+Everything else keyed by function name derives from these rows; tests/test_registry.py
+fails if a table anywhere misses one.
 """
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Domain(NamedTuple):
+    """Where one operand is sampled: half uniform in ``dense``, half with magnitudes
+    log-uniform in ``spread`` (clipped to [tiny, max] of the dtype), of either sign if
+    ``signed``; with ``ints`` half the dense draws are whole numbers."""
+    dense: tuple = (-10, 10)
+    spread: tuple = (0, math.inf)
+    signed: bool = True
+    ints: bool = False
+
+    def __str__(self):
+        def end(v, name):
+            return name if v in (0, math.inf) else f"{v:g}"
+        lo, hi = end(self.spread[0], "tiny"), end(self.spread[1], "max")
+        dense = f"[{self.dense[0]:g}, {self.dense[1]:g}]" + (" (half whole)" if self.ints else "")
+        return f"{dense} ∪ {'±' if self.signed else ''}[{lo}, {hi}]"
+
+    def draw(self, rng, dt, m, spread):
+        """``m`` values of dtype ``dt``: from ``dense``, or from ``spread`` if ``spread``."""
+        f = np.finfo(dt)
+        if not spread:
+            x = rng.uniform(*self.dense, m)
+            if self.ints:
+                x[: m // 2] = np.round(x[: m // 2])
+            return x.astype(dt)
+        lo, hi = max(self.spread[0], float(f.tiny)), min(self.spread[1], float(f.max))
+        x = 2.0 ** rng.uniform(np.log2(lo), np.log2(hi), m)
+        if self.signed:
+            x *= rng.choice([-1.0, 1.0], m)
+        return x.astype(dt)
+
+
+WHOLE = Domain()
+UNIT = Domain((-1, 1), (0, 1))
+PROB = Domain((0, 1), (0, 1), signed=False)
+POSITIVE = Domain((0, 10), (0, math.inf), signed=False)
+ROW = Domain((-30, 30), (0, 0))  # reductions: rows of values, dense only
 
 
 @dataclass(frozen=True)
@@ -26,6 +74,36 @@ class Spec:
     fpe: bool = False
     ulp: tuple = (4, 4)
     cost: float = 1.0  # time per byte of input relative to numpy's exp, for chunking
+    domain: tuple = ()  # one Domain per operand; empty: the kind's default (see operands)
+    aliases: tuple = ()  # other public names of this function
+
+    @property
+    def nin(self) -> int:
+        return 2 if self.kind == "binary" else 1
+
+    @property
+    def operands(self) -> tuple:
+        """One Domain per operand: the row's own, else every value (rows for reductions)."""
+        if self.domain:
+            return self.domain
+        return (ROW,) if self.kind in ("logsumexp", "softmax") else (WHOLE,) * self.nin
+
+    def sample(self, n, dtype, rng):
+        """Operands (a tuple of ``n``-element arrays of ``dtype``) from the dense part of
+        each domain where the reference's result is finite: real work, not NaN paths."""
+        dt = np.dtype(dtype)
+        if self.kind in ("logsumexp", "softmax"):
+            return (self.operands[0].draw(rng, dt, n, False),)
+        parts, got = [], 0
+        with np.errstate(all="ignore"):
+            for _ in range(50):
+                xs = [d.draw(rng, dt, max(n, 16), False) for d in self.operands]
+                keep = np.isfinite(self.reference()(*xs))
+                parts.append([x[keep] for x in xs])
+                got += int(keep.sum())
+                if got >= n:
+                    break
+        return tuple(np.concatenate(c)[:n] for c in zip(*parts))
 
     def reference(self):
         """The NumPy/SciPy object this function mirrors (imported on first use).
@@ -44,15 +122,19 @@ class Spec:
 _originals: dict = {}  # Spec.ref -> the NumPy/SciPy object, resolved before any patch
 
 
+# power's exponent: half whole numbers, so negative bases meet exponents they are defined for
+POWER = (WHOLE, Domain((-10, 10), (0, 64), ints=True))
 # Bounds are measured (tests/test_parity.py holds them to it) over wide samples of each
 # domain; they are the sum of the two implementations' own errors against the true value,
 # each about 1-2 ULP, so never less than 1 unless both are correctly rounded (square,
 # reciprocal).
 ROWS = (
-    Spec("exp", "numpy:exp", "unary", {"torch": "exp"}, fpe=True, ulp=(3, 2)),
-    Spec("log", "numpy:log", "unary", {"torch": "log"}, fpe=True, ulp=(4, 2)),
-    Spec("log1p", "numpy:log1p", "unary", {"torch": "log1p"}, fpe=True, ulp=(3, 2)),
-    Spec("expm1", "numpy:expm1", "unary", {"torch": "expm1"}, fpe=True, ulp=(3, 2)),
+    Spec("exp", "numpy:exp", "unary", {"torch": "exp", "numexpr": "exp"}, fpe=True, ulp=(3, 2)),
+    Spec("log", "numpy:log", "unary", {"torch": "log", "numexpr": "log"}, fpe=True, ulp=(4, 2)),
+    Spec("log1p", "numpy:log1p", "unary", {"torch": "log1p", "numexpr": "log1p"}, fpe=True,
+         ulp=(3, 2)),
+    Spec("expm1", "numpy:expm1", "unary", {"torch": "expm1", "numexpr": "expm1"}, fpe=True,
+         ulp=(3, 2)),
     Spec("erf", "scipy.special:erf", "unary", {"torch": "special.erf"}, fpe=False, ulp=(2, 4),
          cost=8.0),
     # Rows without a torch kernel: torch's differs from the reference beyond a few ULP
@@ -71,8 +153,10 @@ ROWS = (
     Spec("sin", "numpy:sin", "unary", {"torch": "sin"}, fpe=True, ulp=(1, 1)),
     Spec("cos", "numpy:cos", "unary", {"torch": "cos"}, fpe=True, ulp=(1, 1)),
     Spec("tan", "numpy:tan", "unary", {"torch": "tan"}, fpe=True, ulp=(3, 1), cost=2.0),
-    Spec("arcsin", "numpy:arcsin", "unary", {"torch": "asin"}, fpe=True, ulp=(3, 1)),
-    Spec("arccos", "numpy:arccos", "unary", {"torch": "acos"}, fpe=True, ulp=(2, 1)),
+    Spec("arcsin", "numpy:arcsin", "unary", {"torch": "asin"}, fpe=True, ulp=(3, 1),
+         domain=(UNIT,)),
+    Spec("arccos", "numpy:arccos", "unary", {"torch": "acos"}, fpe=True, ulp=(2, 1),
+         domain=(UNIT,)),
     Spec("arctan", "numpy:arctan", "unary", {"torch": "atan"}, fpe=True, ulp=(2, 1)),
     Spec("sinh", "numpy:sinh", "unary", fpe=True, cost=2.0),
     Spec("cosh", "numpy:cosh", "unary", fpe=True, cost=2.0),
@@ -80,16 +164,18 @@ ROWS = (
     Spec("arcsinh", "numpy:arcsinh", "unary", {"torch": "asinh"}, fpe=True, ulp=(2, 2),
          cost=2.0),
     Spec("arccosh", "numpy:arccosh", "unary", {"torch": "acosh"}, fpe=True, ulp=(2, 2),
-         cost=2.0),
+         cost=2.0, domain=(Domain((1, 10), (1, math.inf), signed=False),)),
     Spec("arctanh", "numpy:arctanh", "unary", {"torch": "atanh"}, fpe=True, ulp=(2, 2),
-         cost=2.0),
+         cost=2.0, domain=(UNIT,)),
+    # beyond 2**23 every float32 is whole (sinc 0): the spread stops at 1e3
     Spec("sinc", "numpy:sinc", "elementwise", {"torch": "sinc"}, fpe=True, ulp=(2, 1),
-         cost=4.0),
+         cost=4.0, domain=(Domain((-10, 10), (0, 1e3)),)),
     Spec("i0", "numpy:i0", "elementwise", {"torch": "special.i0"}, fpe=True, ulp=(8, 8),
          cost=8.0),
-    Spec("power", "numpy:power", "binary", {"torch": "pow"}, fpe=True, ulp=(1, 1), cost=2.0),
+    Spec("power", "numpy:power", "binary", {"torch": "pow"}, fpe=True, ulp=(1, 1), cost=2.0,
+         domain=POWER),
     Spec("float_power", "numpy:float_power", "binary", {"torch": "pow"}, fpe=True, ulp=(1, 1),
-         cost=2.0),
+         cost=2.0, domain=POWER),
     Spec("arctan2", "numpy:arctan2", "binary", {"torch": "atan2"}, fpe=True, ulp=(3, 1)),
     Spec("hypot", "numpy:hypot", "binary", {"torch": "hypot"}, fpe=True, ulp=(1, 1)),
     Spec("logaddexp", "numpy:logaddexp", "binary", fpe=True, cost=2.0),
@@ -97,26 +183,27 @@ ROWS = (
     # scipy.special's loops clear the FPU flags they raise, so these never report any.
     Spec("erfc", "scipy.special:erfc", "unary", cost=8.0),
     Spec("erfinv", "scipy.special:erfinv", "unary", {"torch": "special.erfinv"}, ulp=(3, 3),
-         cost=8.0),
-    Spec("erfcinv", "scipy.special:erfcinv", "unary", cost=8.0),
+         cost=8.0, domain=(UNIT,)),
+    Spec("erfcinv", "scipy.special:erfcinv", "unary", cost=8.0,
+         domain=(Domain((0, 2), (0, 2), signed=False),)),
     Spec("erfcx", "scipy.special:erfcx", "unary", cost=8.0),
     Spec("expit", "scipy.special:expit", "unary", {"torch": "special.expit"}, ulp=(4, 4),
          cost=2.0),
-    Spec("logit", "scipy.special:logit", "unary", cost=2.0),
+    Spec("logit", "scipy.special:logit", "unary", cost=2.0, domain=(PROB,)),
     Spec("log_expit", "scipy.special:log_expit", "unary", cost=4.0),
     Spec("ndtr", "scipy.special:ndtr", "unary", cost=8.0),
     # torch's float32 ndtri is up to 3.1 ULP from the true value where SciPy's is 0.5
     # (bench/accuracy.py, 20000 points on [0, 1] and log-spread toward 0): NumPy's only.
-    Spec("ndtri", "scipy.special:ndtri", "unary", cost=8.0),
+    Spec("ndtri", "scipy.special:ndtri", "unary", cost=8.0, domain=(PROB,)),
     Spec("log_ndtr", "scipy.special:log_ndtr", "unary", cost=8.0),
     Spec("gammaln", "scipy.special:gammaln", "unary", cost=8.0),
-    Spec("digamma", "scipy.special:digamma", "unary", cost=8.0),
+    Spec("digamma", "scipy.special:digamma", "unary", cost=8.0, aliases=("psi",)),
     Spec("entr", "scipy.special:entr", "unary", {"torch": "special.entr"}, ulp=(2, 2),
-         cost=2.0),
+         cost=2.0, domain=(POSITIVE,)),
     Spec("xlogy", "scipy.special:xlogy", "binary", {"torch": "special.xlogy"}, ulp=(1, 1),
-         cost=2.0),
+         cost=2.0, domain=(WHOLE, POSITIVE)),
     Spec("xlog1py", "scipy.special:xlog1py", "binary", {"torch": "special.xlog1py"},
-         ulp=(2, 3), cost=2.0),
+         ulp=(2, 3), cost=2.0, domain=(WHOLE, Domain((-1, 10)))),
     Spec("logsumexp", "scipy.special:logsumexp", "logsumexp", {"torch": "logsumexp"}, ulp=(8, 8)),
     # torch's softmax sums in another order (up to 131 ULP in float32 over 10^5
     # elements) and gives NaN where log_softmax gives -inf: NumPy's passes only.
@@ -125,3 +212,13 @@ ROWS = (
 )
 
 BY_NAME = {row.name: row for row in ROWS}
+ALIASES = {alias: row for row in ROWS for alias in row.aliases}
+
+
+def lookup(name: str):
+    """The row called ``name`` (or one of its aliases); KeyError naming the valid ones."""
+    row = BY_NAME.get(name) or ALIASES.get(name)
+    if row is None:
+        raise KeyError(f"{name!r} is not an accelerated function; valid choices: "
+                       f"{', '.join(BY_NAME)}")
+    return row

@@ -7,7 +7,7 @@ gains later is never hidden.
 from __future__ import annotations
 
 _LAID_OUT = ("fastmath", "python", "platform", "versions", "backends", "threads", "selection",
-             "config", "cpu", "gpus", "thread_pools")
+             "config", "settings", "cpu", "gpus", "thread_pools")
 
 
 def show_info(d: dict, file=None) -> None:
@@ -20,6 +20,7 @@ def show_info(d: dict, file=None) -> None:
         print(render(d), file=file)
         return
     console = Console(file=file, highlight=False)
+    from ._info import shown
 
     def pairs(title, rows):
         t = Table(title=title, title_justify="left", show_header=False, box=None,
@@ -55,14 +56,18 @@ def show_info(d: dict, file=None) -> None:
     console.print(t)
     console.print()
 
-    cfg = d["config"]
-    env = cfg.get("environment") or {}
-    pairs("Backend selection", [
-        ("backend", f"{d['selection']['backend']}  (from {d['selection']['source']})"),
-        ("strict", cfg.get("strict")),
-        ("calibration", cfg.get("calibration") or "built-in crossovers"),
-        ("environment", ", ".join(f"{k}={v}" for k, v in env.items()) or "no FASTMATH_* set"),
-    ])
+    t = Table(title="Settings", title_justify="left")
+    t.add_column("setting", style="bold")
+    t.add_column("value", overflow="fold")  # a path is shown whole, over several lines
+    t.add_column("from", style="dim", overflow="fold")
+    t.add_row("selection", d["selection"]["backend"], d["selection"]["source"])
+    for name, s in d.get("settings", {}).items():
+        t.add_row(name, shown(name, s["value"]), s["source"])
+    env = d["config"].get("environment") or {}
+    t.add_row("environment", ", ".join(f"{k}={v}" for k, v in env.items()) or "no FASTMATH_* set",
+              "")
+    console.print(t)
+    console.print()
     pairs("Versions", [(k, v or "[dim]not installed[/dim]") for k, v in d["versions"].items()])
     rest = [(k, v) for k, v in d.items() if k not in _LAID_OUT]
     if rest:

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from . import _args
+
 
 def _info(args) -> int:
     from ._info import collect
@@ -37,9 +39,42 @@ def _check(args) -> int:
     return _check.main(args)
 
 
+def _checks() -> dict:
+    """subcommand -> {option dest: the type its value must have}. Applied to the values
+    after parsing (they stay the strings each subcommand's main expects), so a bad value
+    is a usage error naming the valid choices before anything is measured."""
+    from . import _bench, _calibrate
+
+    bench_dtypes = _args.names(lambda: ("float16", "float32", "float64"), "dtype")
+    return {
+        "bench": {"functions": _args.functions(_bench.FUNCTIONS), "dtypes": bench_dtypes,
+                  "sizes": _args.sizes, "backends": _args.backends(include_auto=False),
+                  "lse_shape": _args.shape, "json": _args.output_file,
+                  "plot": _args.output_file},
+        "calibrate": {"functions": _args.functions(_bench.FUNCTIONS),
+                      "dtypes": _args.names(lambda: _calibrate.DTYPES, "dtype"),
+                      "sizes": _args.sizes},
+        "check": {"functions": _args.functions(), "backends": _args.backends()},
+    }
+
+
+def _version() -> str:
+    import importlib.metadata
+    import platform
+
+    import numpy
+
+    try:
+        own = importlib.metadata.version("fastmath-shim")
+    except importlib.metadata.PackageNotFoundError:
+        from . import __version__ as own
+    return (f"fastmath {own} (numpy {numpy.__version__}, python {platform.python_version()})")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fastmath", description=(
         "NumPy/SciPy math, faster, with the same results."))
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("info", help="versions, backends (available or why not), threads, selection")
@@ -69,6 +104,14 @@ def main(argv=None) -> int:
     p.set_defaults(run=_check)
 
     args = parser.parse_args(argv)
+    for dest, check in _checks().get(args.command, {}).items():
+        value = getattr(args, dest, None)
+        if isinstance(value, str):
+            try:
+                check(value)
+            except argparse.ArgumentTypeError as e:
+                sub.choices[args.command].error(
+                    f"argument --{dest.replace('_', '-')}: {e}")
     return args.run(args)
 
 

@@ -172,9 +172,9 @@ def _build():
     for spec in _registry.ROWS:
         if spec.kind in ("unary", "elementwise"):
             made[spec.name] = Foreach(spec)
+            made.update(dict.fromkeys(spec.aliases, made[spec.name]))
     return made
 
 
 globals().update(_build())
-psi = digamma  # noqa: F821 - scipy.special.psi is digamma itself
 __all__ = sorted(n for n, v in globals().items() if isinstance(v, Foreach))

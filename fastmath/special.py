@@ -9,7 +9,8 @@ import fastmath as _fm
 
 from . import _registry
 
-_ACCELERATED = tuple(s.name for s in _registry.ROWS if s.ref.startswith("scipy.special:")) + ("psi",)
+_ACCELERATED = tuple(n for s in _registry.ROWS if s.ref.startswith("scipy.special:")
+                     for n in (s.name,) + s.aliases)
 for _name in _ACCELERATED:
     globals()[_name] = getattr(_fm, _name)
 del _name

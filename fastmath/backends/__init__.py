@@ -29,13 +29,15 @@ import importlib
 HANDLED = None
 UNCHECKED = -1
 
-NAMES = ("numpy", "numexpr", "torch-cpu", "torch-cuda")
+# The one list of backends, in the order they are shown; every other list of backend names
+# (FASTMATH_BACKEND's choices, set_backend, the docs, info) derives from it.
 _FACTORIES = {
     "numpy": ("fastmath.backends.numpy", "NumpyBackend", {}),
     "numexpr": ("fastmath.backends.numexpr", "NumexprBackend", {}),
     "torch-cpu": ("fastmath.backends.torch", "TorchBackend", {"device": "cpu"}),
     "torch-cuda": ("fastmath.backends.torch", "TorchBackend", {"device": "cuda"}),
 }
+NAMES = tuple(_FACTORIES)
 _instances: dict = {}
 
 

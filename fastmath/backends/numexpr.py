@@ -20,7 +20,6 @@ from .. import _config
 from . import UNCHECKED
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_FUNCTIONS = ("exp", "log", "log1p", "expm1")  # registry names numexpr computes as-is
 _ne = None
 
 
@@ -50,11 +49,10 @@ class NumexprBackend:
         return None
 
     def kernel(self, spec):
-        if spec.kind != "unary" or spec.name not in _FUNCTIONS:
+        name = spec.kernels.get("numexpr")
+        if spec.kind != "unary" or name is None or self.why_unavailable() is not None:
             return None
-        if self.why_unavailable() is not None:
-            return None
-        return _Unary(f"{spec.name}(x)")
+        return _Unary(f"{name}(x)")
 
 
 class _Unary:
