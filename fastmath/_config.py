@@ -10,7 +10,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-BACKEND_NAMES = ("auto", "numpy", "numexpr", "torch-cpu", "torch-cuda")
+BACKEND_NAMES = ("auto", "numpy", "numexpr", "torch-cpu", "torch-cuda", "mkl")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")

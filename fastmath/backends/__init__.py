@@ -29,12 +29,13 @@ import importlib
 HANDLED = None
 UNCHECKED = -1
 
-NAMES = ("numpy", "numexpr", "torch-cpu", "torch-cuda")
+NAMES = ("numpy", "numexpr", "torch-cpu", "torch-cuda", "mkl")
 _FACTORIES = {
     "numpy": ("fastmath.backends.numpy", "NumpyBackend", {}),
     "numexpr": ("fastmath.backends.numexpr", "NumexprBackend", {}),
     "torch-cpu": ("fastmath.backends.torch", "TorchBackend", {"device": "cpu"}),
     "torch-cuda": ("fastmath.backends.torch", "TorchBackend", {"device": "cuda"}),
+    "mkl": ("fastmath.backends.mkl", "MklBackend", {}),
 }
 _instances: dict = {}
 
