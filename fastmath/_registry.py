@@ -91,7 +91,7 @@ ROWS = (
     Spec("float_power", "numpy:float_power", "binary", {"torch": "pow"}, fpe=True, ulp=(1, 1),
          cost=2.0),
     Spec("arctan2", "numpy:arctan2", "binary", {"torch": "atan2", "mkl": "Atan2"}, fpe=True, ulp=(3, 1)),
-    Spec("hypot", "numpy:hypot", "binary", {"torch": "hypot", "mkl": "Hypot"}, fpe=True, ulp=(1, 1)),
+    Spec("hypot", "numpy:hypot", "binary", {"torch": "hypot"}, fpe=True, ulp=(1, 1)),
     Spec("logaddexp", "numpy:logaddexp", "binary", fpe=True, cost=2.0),
     Spec("logaddexp2", "numpy:logaddexp2", "binary", fpe=True, cost=2.0),
     # scipy.special's loops clear the FPU flags they raise, so these never report any.
