@@ -348,13 +348,15 @@ def main(args) -> int:
     print(f"fastmath bench --peers: median time per call of {rounds} interleaved rounds; "
           f"load average {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     result = run(grid, rounds=rounds, target=0.005 if getattr(args, "quick", False) else TARGET)
-    if args.json:
-        import json
-
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {args.json}")
-    if args.plot:
-        plot(result, args.plot)
-        print(f"wrote {args.plot}")
+    for path, write in ((args.json, _write_json), (args.plot, plot)):
+        if path:
+            write(result, path)
+            print(f"wrote {path}")
     return 0
+
+
+def _write_json(result, path):
+    import json
+
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
