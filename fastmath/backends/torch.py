@@ -10,6 +10,7 @@ torch is imported the first time this backend is asked whether it is available.
 """
 from __future__ import annotations
 
+import math
 import os
 
 from .._numpy import np
@@ -99,9 +100,9 @@ class TorchBackend:
                 return _Streamed(self.stream_device, fn, spec)
             return None
         if spec.kind in ("unary", "elementwise"):
-            return _Unary(fn)
+            return _Unary(fn, spec.fpe)
         if spec.kind == "binary":
-            return _Binary(fn)
+            return _Binary(fn, spec.fpe)
         if spec.kind == "logsumexp":
             return lse_partial
         return None
@@ -181,25 +182,42 @@ def _declined(dev, error):
     return NotImplemented
 
 
-class _Unary:
-    __slots__ = ("fn",)
+def _flags_possible(out) -> bool:
+    """Whether NumPy could have raised a flag computing what is now in ``out``.
 
-    def __init__(self, fn):
-        self.fn = fn
+    Divide-by-zero, overflow and invalid only ever leave an inf or a NaN, and either makes
+    the sum of the output an inf or a NaN (a finite sum that overflows only sends the call
+    to the full check). One read-only, allocation-free SIMD pass answers where the front
+    end would otherwise test every element into a temporary mask and then scan the mask.
+    Underflow leaves no such trace: when it is watched, the front end's full check runs.
+    """
+    if not _fpe.watched() or out.size == 0:
+        return False
+    if np.geterr()["under"] != "ignore":
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        return not math.isfinite(np.add.reduce(out, axis=None))
+
+
+class _Unary:
+    __slots__ = ("fn", "fpe")
+
+    def __init__(self, fn, fpe=True):
+        self.fn, self.fpe = fn, fpe
 
     def __call__(self, x, out):
         if x.dtype not in _FLOATS or not takes(x):
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x), out=tensor(out))
-        return UNCHECKED
+        return UNCHECKED if self.fpe and _flags_possible(out) else 0
 
 
 class _Binary:
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "fpe")
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, fn, fpe=True):
+        self.fn, self.fpe = fn, fpe
 
     def __call__(self, x1, x2, out):
         if (x1.dtype not in _FLOATS or x2.dtype != x1.dtype or not takes(x1)
@@ -207,7 +225,7 @@ class _Binary:
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x1), tensor(x2), out=tensor(out))
-        return UNCHECKED
+        return UNCHECKED if self.fpe and _flags_possible(out) else 0
 
 
 def lse_partial(a, axes, b=None):
