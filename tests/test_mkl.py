@@ -44,8 +44,10 @@ def test_import_does_not_load_mkl_and_the_first_check_does():
 
 def test_without_mkl_it_says_why_and_numpy_runs():
     out = _python("""
-        import ctypes.util, importlib.metadata, warnings
+        import ctypes.util, importlib.metadata, sys
+        # no pip record, no library in the environment, none on the system's path
         importlib.metadata.files = lambda name: None
+        sys.prefix = "/nonexistent"
         ctypes.util.find_library = lambda name: None
         import numpy as np, fastmath
         from fastmath import backends

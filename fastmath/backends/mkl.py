@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 import numpy as np
@@ -64,6 +65,12 @@ def library_path():
     for f in files:
         if f.name in _NAMES:
             return str(f.locate())
+    # conda puts it in the environment's own library folder, without pip's record
+    libdir = os.path.join(sys.prefix, "Library", "bin") if sys.platform == "win32" else \
+        os.path.join(sys.prefix, "lib")
+    for name in _NAMES:
+        if os.path.exists(os.path.join(libdir, name)):
+            return os.path.join(libdir, name)
     for name in ("mkl_rt", "mkl_rt.2"):
         found = ctypes.util.find_library(name)
         if found:
