@@ -158,3 +158,15 @@ def test_fp_errors_are_numpys():
             fastmath.log(x)
     with fastmath.backend("mkl"), pytest.warns(RuntimeWarning, match="invalid value"):
         fastmath.sqrt(x)
+
+
+@needs_mkl
+def test_fp_flags_are_left_to_the_front_end_only_where_they_can_arise():
+    k = backends.get("mkl").kernel(BY_NAME["exp"])
+    x = np.linspace(-5, 5, 1000)
+    out = np.empty_like(x)
+    assert k(x, out) == 0
+    x[3] = 1000.0
+    assert k(x, out) == backends.UNCHECKED
+    # scipy's erf raises no flags: nothing to derive even from a NaN
+    assert backends.get("mkl").kernel(BY_NAME["erf"])(np.array([np.nan]), np.empty(1)) == 0

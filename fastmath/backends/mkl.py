@@ -4,7 +4,8 @@ The library is the ``mkl`` package's ``libmkl_rt`` (``pip install 'fastmath-shim
 loaded the first time this backend is asked whether it is available; importing fastmath
 never loads it. Every kernel calls VML's high-accuracy variant (``VML_HA``, below 1 ULP
 from the true value) with errors neither reported nor handled by MKL: VML keeps no NumPy
-floating-point flags, so kernels return UNCHECKED and the front end derives NumPy's.
+floating-point flags, so where the output shows a flag could have arisen kernels return
+UNCHECKED and the front end derives NumPy's (backends/_flags.py).
 Subnormal handling is left as the thread has it (NumPy's default: no flush to zero).
 
 Work is cut into one contiguous chunk per thread of fastmath's pool, and MKL runs each
@@ -29,6 +30,7 @@ import numpy as np
 
 from .. import _parallel
 from . import UNCHECKED
+from ._flags import flags_possible
 
 # mkl_vml_defines.h: high accuracy, errors neither handled nor recorded, FTZ/DAZ as is
 VML_HA = 0x2
@@ -157,13 +159,22 @@ class MklBackend:
         name = spec.kernels.get("mkl")
         if name is None or spec.kind not in ("unary", "binary") or load() is None:
             return None
-        return (_Unary if spec.kind == "unary" else _Binary)(name)
+        return (_Unary if spec.kind == "unary" else _Binary)(name, spec.fpe)
 
 
-class _Unary:
-    __slots__ = ("fns",)
+class _Kernel:
+    __slots__ = ("fns", "fpe", "scalar")
 
-    def __init__(self, name):
+    def done(self, out):
+        """What the front end must do about NumPy's FP errors (see backends/__init__.py)."""
+        return UNCHECKED if self.fpe and flags_possible(out) else 0
+
+
+class _Unary(_Kernel):
+    __slots__ = ()
+
+    def __init__(self, name, fpe):
+        self.fpe, self.scalar = fpe, None
         self.fns = {dt: _function(name, dt, 1) for dt in _PREFIX
                     if name not in FLOAT32_ONLY or dt == np.float32}
 
@@ -172,19 +183,20 @@ class _Unary:
         if fn is None or out.dtype != x.dtype or not x.dtype.isnative or x.shape != out.shape:
             return NotImplemented
         if x.size == 0:
-            return UNCHECKED
+            return 0
         if _layout((x, out)) is None:
             return NotImplemented
         _run(lambda n, xp, op: fn(n, xp, op, MODE), (x, out), out.nbytes)
-        return UNCHECKED
+        return self.done(out)
 
 
-class _Binary:
+class _Binary(_Kernel):
     """``f(x1, x2)`` on operands of one shape; ``Pow`` also with a single exponent."""
 
-    __slots__ = ("fns", "scalar")
+    __slots__ = ()
 
-    def __init__(self, name):
+    def __init__(self, name, fpe):
+        self.fpe = fpe
         self.fns = {dt: _function(name, dt, 2) for dt in _PREFIX}
         self.scalar = {dt: _function(name, dt, 1, "x") for dt in _PREFIX} if name == "Pow" else None
 
@@ -194,12 +206,12 @@ class _Binary:
         if fn is None or x1.dtype != dt or x2.dtype != dt or not dt.isnative or x1.shape != out.shape:
             return NotImplemented
         if out.size == 0:
-            return UNCHECKED
+            return 0
         if x2.shape == out.shape and _layout((x1, x2, out)) is not None:
             _run(lambda n, p1, p2, po: fn(n, p1, p2, po, MODE), (x1, x2, out), out.nbytes)
-            return UNCHECKED
+            return self.done(out)
         if self.scalar is not None and x2.size == 1 and _layout((x1, out)) is not None:
             b, fx = x2.reshape(()).item(), self.scalar[dt]
             _run(lambda n, p1, po: fx(n, p1, b, po, MODE), (x1, out), out.nbytes)
-            return UNCHECKED
+            return self.done(out)
         return NotImplemented

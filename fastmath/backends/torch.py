@@ -10,7 +10,6 @@ torch is imported the first time this backend is asked whether it is available.
 """
 from __future__ import annotations
 
-import math
 import os
 
 from .._numpy import np
@@ -19,6 +18,7 @@ import warnings
 
 from .. import _config, _fpe
 from . import UNCHECKED, _stream
+from ._flags import flags_possible
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _torch = None
@@ -182,23 +182,6 @@ def _declined(dev, error):
     return NotImplemented
 
 
-def _flags_possible(out) -> bool:
-    """Whether NumPy could have raised a flag computing what is now in ``out``.
-
-    Divide-by-zero, overflow and invalid only ever leave an inf or a NaN, and either makes
-    the sum of the output an inf or a NaN (a finite sum that overflows only sends the call
-    to the full check). One read-only, allocation-free SIMD pass answers where the front
-    end would otherwise test every element into a temporary mask and then scan the mask.
-    Underflow leaves no such trace: when it is watched, the front end's full check runs.
-    """
-    if not _fpe.watched() or out.size == 0:
-        return False
-    if np.geterr()["under"] != "ignore":
-        return True
-    with np.errstate(over="ignore", invalid="ignore"):
-        return not math.isfinite(np.add.reduce(out, axis=None))
-
-
 class _Unary:
     __slots__ = ("fn", "fpe")
 
@@ -210,7 +193,7 @@ class _Unary:
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x), out=tensor(out))
-        return UNCHECKED if self.fpe and _flags_possible(out) else 0
+        return UNCHECKED if self.fpe and flags_possible(out) else 0
 
 
 class _Binary:
@@ -225,7 +208,7 @@ class _Binary:
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x1), tensor(x2), out=tensor(out))
-        return UNCHECKED if self.fpe and _flags_possible(out) else 0
+        return UNCHECKED if self.fpe and flags_possible(out) else 0
 
 
 def lse_partial(a, axes, b=None):
