@@ -170,3 +170,21 @@ def test_fp_flags_are_left_to_the_front_end_only_where_they_can_arise():
     assert k(x, out) == backends.UNCHECKED
     # scipy's erf raises no flags: nothing to derive even from a NaN
     assert backends.get("mkl").kernel(BY_NAME["erf"])(np.array([np.nan]), np.empty(1)) == 0
+
+
+@needs_mkl
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_computes_with_mkl():
+    out = _python("""
+        import os, numpy as np, fastmath
+        x = np.linspace(-3, 3, 300_000)
+        with fastmath.backend("mkl"):
+            fastmath.exp(x)  # MKL loaded and fastmath's pool started in the parent
+            pid = os.fork()
+            if pid == 0:
+                ok = np.allclose(fastmath.exp(x), np.exp(x), rtol=1e-15, atol=0)
+                os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """)
+    assert out.strip() == "0"
