@@ -41,6 +41,9 @@ def add_arguments(p) -> None:
     p.add_argument("--plot", metavar="FILE.png",
                    help="also draw time per element against size (needs matplotlib: "
                         "pip install 'fastmath-shim[bench]')")
+    p.add_argument("--peers", action="store_true",
+                   help="time fastmath beside numexpr, torch, mkl_umath, numba and jax, where "
+                        "installed, on the peers grid (fastmath/_peers.py)")
 
 
 def _input(name, n, dtype, rng):
@@ -204,6 +207,11 @@ def plot(result, path) -> None:
 
 def main(args) -> int:
     import fastmath
+
+    if getattr(args, "peers", False):
+        from . import _peers
+
+        return _peers.main(args)
 
     functions = [f for f in args.functions.split(",") if f]
     unknown = set(functions) - set(FUNCTIONS)

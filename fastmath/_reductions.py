@@ -14,6 +14,7 @@ from ._numpy import np
 from . import _log, _selection
 from . import dask as _dask
 from ._registry import BY_NAME
+from .backends.numpy import lse_finite
 
 _SPEC = BY_NAME["logsumexp"]
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -124,6 +125,12 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     >>> fastmath.logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -1.0]), return_sign=True)
     (np.float64(1.5413248546129181), np.float64(-1.0))
     """
+    if (b is None and not return_sign and type(a) is np.ndarray and a.dtype in _FLOATS
+            and type(keepdims) is bool and _selection.current() in ("auto", "numpy")
+            and np.geterr()["under"] == "ignore"):
+        out = lse_finite(a, axis, keepdims)  # None unless SciPy's edge cases cannot arise
+        if out is not None:
+            return out
     ref = _reference()
 
     def reference():

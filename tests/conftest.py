@@ -5,7 +5,7 @@ import pytest
 import fastmath
 from fastmath import _check
 
-BACKENDS = [b for b in ("numpy", "torch-cpu", "numexpr", "torch-cuda")
+BACKENDS = [b for b in ("numpy", "torch-cpu", "numexpr", "torch-cuda", "mkl")
             if b in fastmath.available_backends()] + ["auto"]
 # backends whose elementwise kernels are the reference's own, so results are bitwise equal
 BITWISE = ("numpy",)

@@ -95,6 +95,11 @@ KNOWN = {
         "test_umath.py::TestSpecialFloats::test_sincos_overlaps[-1-f-cos]":
             "layout-dependent backend, within the stated ULP bound",
     },
+    # the same two calls: mkl declines the strided input, then takes the front end's
+    # contiguous copy of the overlapping one (1 ULP from NumPy's float32 sin/cos)
+    "mkl": {f"test_umath.py::TestSpecialFloats::test_sincos_overlaps[{s}-f-{f}]":
+            "layout-dependent backend, within the stated ULP bound"
+            for s in (-1, 2, 4, 5) for f in ("sin", "cos")},
 }
 
 

@@ -36,6 +36,7 @@ _FACTORIES = {
     "numexpr": ("fastmath.backends.numexpr", "NumexprBackend", {}),
     "torch-cpu": ("fastmath.backends.torch", "TorchBackend", {"device": "cpu"}),
     "torch-cuda": ("fastmath.backends.torch", "TorchBackend", {"device": "cuda"}),
+    "mkl": ("fastmath.backends.mkl", "MklBackend", {}),
 }
 NAMES = tuple(_FACTORIES)
 _instances: dict = {}

@@ -6,6 +6,8 @@ the calling thread with no pool at all.
 """
 from __future__ import annotations
 
+import math
+
 from .._numpy import np
 
 from .. import _parallel
@@ -205,3 +207,60 @@ def lse_partial(a, axes, b=None):
     for part in parts[1:]:
         acc = lse_merge(acc, part)
     return acc
+
+
+# --- logsumexp of finite input, small enough for one thread ------------------------------
+# SciPy's logsumexp checks for infinities and NaNs in about twenty small NumPy calls before
+# it computes. With a finite maximum none of that can change the result, which is then
+# SciPy's own formula, log1p(s / m) + log(m) + M, over the same arrays with the same
+# reductions: bitwise equal to SciPy's, in a third of the calls.
+FAST_MAX = 2 * BLOCK
+
+
+def lse_finite(a, axis, keepdims):
+    """``scipy.special.logsumexp(a, axis, keepdims=keepdims)`` for a float ndarray whose
+    maxima along ``axis`` are all finite; None for anything else (the caller's general
+    path answers). ``axis`` is None or an int."""
+    if a.ndim == 0 or a.size == 0 or a.size > FAST_MAX:
+        return None
+    if axis is None and (a.ndim == 1 or a.flags.c_contiguous):
+        # one reduction over contiguous memory: SciPy's sums add in this very order
+        out = _lse_flat(a.reshape(-1))
+        if out is None or not keepdims:
+            return out
+        return np.full((1,) * a.ndim, out, a.dtype)
+    if axis is None:
+        axes = tuple(range(a.ndim))
+    elif type(axis) is int and -a.ndim <= axis < a.ndim:
+        axes = (axis % a.ndim,)
+    else:
+        return None
+    M = np.max(a, axis=axes, keepdims=True)
+    if not np.isfinite(M).all():
+        return None
+    top = a == M
+    e = np.subtract(a, M)
+    np.exp(e, out=e)
+    np.copyto(e, 0, where=top)
+    s = np.sum(e, axis=axes, keepdims=True, dtype=a.dtype)
+    m = np.add.reduce(top, axis=axes, keepdims=True, dtype=a.dtype)
+    out = np.log1p(s / m) + np.log(m) + M
+    if not keepdims:
+        out = out.reshape([n for i, n in enumerate(a.shape) if i not in axes])
+    return out[()] if out.ndim == 0 else out
+
+
+def _lse_flat(a):
+    M = a.max()
+    if not math.isfinite(M):
+        return None
+    top = a == M
+    e = a - M
+    np.exp(e, out=e)
+    count = np.count_nonzero(top)
+    if count == 1:
+        e[top.argmax()] = 0
+        return np.log1p(e.sum()) + M  # SciPy adds log(1) = 0, which changes nothing
+    np.copyto(e, 0, where=top)
+    m = a.dtype.type(count)
+    return np.log1p(e.sum() / m) + np.log(m) + M

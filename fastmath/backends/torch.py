@@ -18,6 +18,7 @@ import warnings
 
 from .. import _config, _fpe
 from . import UNCHECKED, _stream
+from ._flags import flags_possible
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _torch = None
@@ -99,9 +100,9 @@ class TorchBackend:
                 return _Streamed(self.stream_device, fn, spec)
             return None
         if spec.kind in ("unary", "elementwise"):
-            return _Unary(fn)
+            return _Unary(fn, spec.fpe)
         if spec.kind == "binary":
-            return _Binary(fn)
+            return _Binary(fn, spec.fpe)
         if spec.kind == "logsumexp":
             return lse_partial
         return None
@@ -182,24 +183,24 @@ def _declined(dev, error):
 
 
 class _Unary:
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "fpe")
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, fn, fpe=True):
+        self.fn, self.fpe = fn, fpe
 
     def __call__(self, x, out):
         if x.dtype not in _FLOATS or not takes(x):
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x), out=tensor(out))
-        return UNCHECKED
+        return UNCHECKED if self.fpe and flags_possible(out) else 0
 
 
 class _Binary:
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "fpe")
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, fn, fpe=True):
+        self.fn, self.fpe = fn, fpe
 
     def __call__(self, x1, x2, out):
         if (x1.dtype not in _FLOATS or x2.dtype != x1.dtype or not takes(x1)
@@ -207,7 +208,7 @@ class _Binary:
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x1), tensor(x2), out=tensor(out))
-        return UNCHECKED
+        return UNCHECKED if self.fpe and flags_possible(out) else 0
 
 
 def lse_partial(a, axes, b=None):

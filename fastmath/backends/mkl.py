@@ -1,0 +1,217 @@
+"""mkl: Intel oneMKL's vector math functions (VML), called through ctypes.
+
+The library is the ``mkl`` package's ``libmkl_rt`` (``pip install 'fastmath-shim[mkl]'``),
+loaded the first time this backend is asked whether it is available; importing fastmath
+never loads it. Every kernel calls VML's high-accuracy variant (``VML_HA``, below 1 ULP
+from the true value) with errors neither reported nor handled by MKL: VML keeps no NumPy
+floating-point flags, so where the output shows a flag could have arisen kernels return
+UNCHECKED and the front end derives NumPy's (backends/_flags.py).
+Subnormal handling is left as the thread has it (NumPy's default: no flush to zero).
+
+Work is cut into one contiguous chunk per thread of fastmath's pool, and MKL runs each
+chunk on the thread that called it (its own threading is turned off for the call, in
+that thread only, and restored after): MKL's OpenMP threads and fastmath's would
+otherwise compete for the same cores. The 64-bit-count entry points (``vmdExp_64``) take
+any size, whatever MKL's integer interface.
+
+Only native float32/float64 arrays laid out contiguously in one order are taken (input
+and output alike); anything else is declined and goes to the next backend. On a CPU
+without Intel's fast paths (AMD) MKL still computes, more slowly: ``calibrate`` decides
+whether ``auto`` uses it.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+import numpy as np
+
+from .. import _parallel
+from . import UNCHECKED
+from ._flags import flags_possible
+
+# mkl_vml_defines.h: high accuracy, errors neither handled nor recorded, FTZ/DAZ as is
+VML_HA = 0x2
+VML_ERRMODE_NOERR = 0x2000
+MODE = VML_HA | VML_ERRMODE_NOERR
+# Below this much output one thread does the whole call: a thread handoff costs about
+# 50 us, about what VML's exp takes for 2**17 bytes' worth of float64 on one core.
+PARALLEL_MIN_BYTES = 1 << 19
+_PREFIX = {np.dtype(np.float32): "vms", np.dtype(np.float64): "vmd"}
+_NAMES = {"linux": ("libmkl_rt.so.3", "libmkl_rt.so.2", "libmkl_rt.so"),
+          "darwin": ("libmkl_rt.2.dylib", "libmkl_rt.dylib"),
+          "win32": ("mkl_rt.2.dll", "mkl_rt.dll")}.get(sys.platform, ("libmkl_rt.so",))
+
+# float64 results past the row's ULP bound (tests/test_parity.py): VML's erfc and cdfnorm
+# keep the subnormal tail that SciPy's flush to zero, and its erfcinv is up to 6 ULP from
+# SciPy's. Their float64 calls are declined; float32 is within 1 ULP.
+FLOAT32_ONLY = ("Erfc", "CdfNorm", "ErfcInv")
+# VML's hypot is within 1 ULP of NumPy's but not equal to it, and NumPy's own tests hold
+# hypot.accumulate bitwise equal to hypot called element by element: hypot has no kernel.
+
+_lib = None
+_why = None
+_set_local_threads = None
+
+
+def library_path():
+    """Where the ``mkl`` package installed ``libmkl_rt``, or None."""
+    from importlib import metadata
+
+    try:
+        files = metadata.files("mkl") or ()
+    except metadata.PackageNotFoundError:
+        files = ()
+    for f in files:
+        if f.name in _NAMES:
+            return str(f.locate())
+    # conda puts it in the environment's own library folder, without pip's record
+    libdir = os.path.join(sys.prefix, "Library", "bin") if sys.platform == "win32" else \
+        os.path.join(sys.prefix, "lib")
+    for name in _NAMES:
+        if os.path.exists(os.path.join(libdir, name)):
+            return os.path.join(libdir, name)
+    for name in ("mkl_rt", "mkl_rt.2"):
+        found = ctypes.util.find_library(name)
+        if found:
+            return found
+    return None
+
+
+def load():
+    """The loaded ``libmkl_rt``, or None with the reason kept for ``why_unavailable``."""
+    global _lib, _why, _set_local_threads
+    if _lib is not None or _why is not None:
+        return _lib
+    path = library_path()
+    if path is None:
+        _why = "MKL is not installed (pip install 'fastmath-shim[mkl]')"
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+        # the capitalised names are the C interface; the lower-case ones are Fortran's
+        setter = lib.MKL_Set_Num_Threads_Local
+        lib.vmdExp_64  # noqa: B018 - the 64-bit-count entry points arrived in oneMKL 2023
+    except (OSError, AttributeError) as e:
+        _why = f"{path} could not be used ({e}); oneMKL 2023 or newer is needed"
+        return None
+    setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+    _set_local_threads, _lib = setter, lib
+    return lib
+
+
+def version():
+    """MKL's version string, or None if it is not loaded."""
+    if _lib is None:
+        return None
+    buf = ctypes.create_string_buffer(256)
+    _lib.MKL_Get_Version_String(buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
+def _function(name, dtype, arity, suffix=""):
+    fn = getattr(_lib, f"{_PREFIX[dtype]}{name}{suffix}_64")
+    args = [ctypes.c_int64] + [ctypes.c_void_p] * (arity + 1) + [ctypes.c_int64]
+    if suffix == "x":  # the second operand is one number, passed by value
+        args.insert(2, ctypes.c_float if dtype == np.float32 else ctypes.c_double)
+    fn.argtypes, fn.restype = args, None
+    return fn
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+def _layout(arrays):
+    """"C" or "F" if every array is contiguous in that one order, else None."""
+    for order, flag in (("C", "C_CONTIGUOUS"), ("F", "F_CONTIGUOUS")):
+        if all(a.flags[flag] for a in arrays):
+            return order
+    return None
+
+
+def _run(call, arrays, nbytes):
+    """``call(n, *addresses)`` over matching chunks of contiguous ``arrays``, one thread
+    of the pool per chunk, each with MKL's own threading off."""
+    def task(chunk):
+        before = _set_local_threads(1)
+        try:
+            call(chunk[0].size, *map(_address, chunk))
+        finally:
+            _set_local_threads(before)
+    parts = _parallel.threads() if nbytes >= PARALLEL_MIN_BYTES else 1
+    if parts < 2:
+        task(arrays)
+        return
+    _parallel.run([lambda c=c: task(c) for c in _parallel.chunk_views(arrays, parts)])
+
+
+class MklBackend:
+    name = "mkl"
+
+    def why_unavailable(self):
+        load()
+        return _why
+
+    def kernel(self, spec):
+        name = spec.kernels.get("mkl")
+        if name is None or spec.kind not in ("unary", "binary") or load() is None:
+            return None
+        return (_Unary if spec.kind == "unary" else _Binary)(name, spec.fpe)
+
+
+class _Kernel:
+    __slots__ = ("fns", "fpe", "scalar")
+
+    def done(self, out):
+        """What the front end must do about NumPy's FP errors (see backends/__init__.py)."""
+        return UNCHECKED if self.fpe and flags_possible(out) else 0
+
+
+class _Unary(_Kernel):
+    __slots__ = ()
+
+    def __init__(self, name, fpe):
+        self.fpe, self.scalar = fpe, None
+        self.fns = {dt: _function(name, dt, 1) for dt in _PREFIX
+                    if name not in FLOAT32_ONLY or dt == np.float32}
+
+    def __call__(self, x, out):
+        fn = self.fns.get(x.dtype)
+        if fn is None or out.dtype != x.dtype or not x.dtype.isnative or x.shape != out.shape:
+            return NotImplemented
+        if x.size == 0:
+            return 0
+        if _layout((x, out)) is None:
+            return NotImplemented
+        _run(lambda n, xp, op: fn(n, xp, op, MODE), (x, out), out.nbytes)
+        return self.done(out)
+
+
+class _Binary(_Kernel):
+    """``f(x1, x2)`` on operands of one shape; ``Pow`` also with a single exponent."""
+
+    __slots__ = ()
+
+    def __init__(self, name, fpe):
+        self.fpe = fpe
+        self.fns = {dt: _function(name, dt, 2) for dt in _PREFIX}
+        self.scalar = {dt: _function(name, dt, 1, "x") for dt in _PREFIX} if name == "Pow" else None
+
+    def __call__(self, x1, x2, out):
+        dt = out.dtype
+        fn = self.fns.get(dt)
+        if fn is None or x1.dtype != dt or x2.dtype != dt or not dt.isnative or x1.shape != out.shape:
+            return NotImplemented
+        if out.size == 0:
+            return 0
+        if x2.shape == out.shape and _layout((x1, x2, out)) is not None:
+            _run(lambda n, p1, p2, po: fn(n, p1, p2, po, MODE), (x1, x2, out), out.nbytes)
+            return self.done(out)
+        if self.scalar is not None and x2.size == 1 and _layout((x1, out)) is not None:
+            b, fx = x2.reshape(()).item(), self.scalar[dt]
+            _run(lambda n, p1, po: fx(n, p1, b, po, MODE), (x1, out), out.nbytes)
+            return self.done(out)
+        return NotImplemented

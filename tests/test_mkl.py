@@ -1,0 +1,190 @@
+"""The mkl backend: loaded only when asked for, declines what VML cannot take, keeps MKL
+to one thread per chunk, and says why it is unavailable. Its results against NumPy/SciPy
+are held by the parity suites, which run every available backend."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.special
+
+import fastmath
+from fastmath import backends
+from fastmath._registry import BY_NAME
+
+from conftest import assert_same
+
+mkl_available = backends.why_unavailable("mkl") is None
+needs_mkl = pytest.mark.skipif(not mkl_available, reason="MKL is not installed")
+
+
+def _python(code):
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@needs_mkl
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_import_does_not_load_mkl_and_the_first_check_does():
+    out = _python("""
+        import fastmath, numpy as np
+        def loaded():
+            return "libmkl_rt" in open("/proc/self/maps").read()
+        before = loaded()
+        fastmath.exp(np.ones(10))  # small: auto calls numpy with nothing else in sight
+        after_call = loaded()
+        fastmath.available_backends()
+        print(before, after_call, loaded())
+    """)
+    assert out.split() == ["False", "False", "True"]
+
+
+def test_without_mkl_it_says_why_and_numpy_runs():
+    out = _python("""
+        import ctypes.util, importlib.metadata, sys
+        # no pip record, no library in the environment, none on the system's path
+        importlib.metadata.files = lambda name: None
+        sys.prefix = "/nonexistent"
+        ctypes.util.find_library = lambda name: None
+        import numpy as np, fastmath
+        from fastmath import backends
+        print(backends.why_unavailable("mkl"))
+        print("mkl" in fastmath.available_backends())
+        try:
+            fastmath.set_backend("mkl")
+        except ValueError as e:
+            print("refused:", e)
+        x = np.linspace(0, 1, 10**6)
+        print(np.array_equal(fastmath.exp(x), np.exp(x)))
+    """).splitlines()
+    assert out[0] == "MKL is not installed (pip install 'fastmath-shim[mkl]')"
+    assert out[1] == "False"
+    assert out[2].startswith("refused:") and "MKL is not installed" in out[2]
+    assert out[3] == "True"
+
+
+@needs_mkl
+@pytest.mark.parametrize("name", ["exp", "erf", "power"])
+def test_declines_what_vml_cannot_take(name):
+    spec = BY_NAME[name]
+    k = backends.get("mkl").kernel(spec)
+    args = 2 if spec.kind == "binary" else 1
+    x = np.linspace(0.1, 2, 60).reshape(6, 10)
+    cases = {
+        "strided": (x[:, ::2], np.empty((6, 5))),
+        "float16": (x.astype(np.float16), np.empty(x.shape, np.float16)),
+        "int": (np.ones((6, 10), np.int64), np.empty((6, 10), np.int64)),
+        "byte-swapped": (x.astype(">f8"), np.empty(x.shape, ">f8")),
+        "mixed orders": (x, np.empty(x.shape, order="F")),
+        "other output dtype": (x, np.empty(x.shape, np.float32)),
+    }
+    for label, (a, out) in cases.items():
+        before = out.copy()
+        assert k(*(a,) * args, out) is NotImplemented, label
+        # nothing written before declining (NaNs compare by bytes)
+        assert out.tobytes() == before.tobytes(), label
+
+
+@needs_mkl
+@pytest.mark.parametrize("name", ["erfc", "ndtr", "erfcinv"])
+def test_rows_past_their_float64_bound_take_only_float32(name):
+    k = backends.get("mkl").kernel(BY_NAME[name])
+    x64 = np.linspace(0.01, 0.99, 100)
+    assert k(x64, np.empty_like(x64)) is NotImplemented
+    x32 = x64.astype(np.float32)
+    out = np.empty_like(x32)
+    k(x32, out)
+    assert_same(out, getattr(scipy.special, name)(x32), BY_NAME[name].ulp[0])
+
+
+@needs_mkl
+def test_power_with_one_exponent_runs_vml_and_matches_numpy():
+    x = np.linspace(0, 50, 300_001)
+    k = backends.get("mkl").kernel(BY_NAME["power"])
+    for exponent in (np.array(2.5), np.array([0.5]), np.array(-3.0)):
+        out = np.empty_like(x)
+        assert k(x, exponent, out) is not NotImplemented
+        with np.errstate(all="ignore"):
+            assert_same(out, np.power(x, exponent), BY_NAME["power"].ulp[1])
+
+
+@needs_mkl
+def test_chunks_run_on_pool_threads_with_mkl_single_threaded():
+    import threading
+
+    from fastmath import _parallel
+    from fastmath.backends import mkl
+
+    lib = mkl.load()
+    lib.MKL_Get_Max_Threads.restype = int
+    mkl._set_local_threads(3)  # a caller's own setting, to be restored after the call
+    try:
+        seen = []
+
+        def call(n, xp, op):
+            seen.append((threading.current_thread().name, lib.MKL_Get_Max_Threads(), n))
+        x = np.ones(1 << 20)
+        mkl._run(call, (x, np.empty_like(x)), x.nbytes)
+        assert lib.MKL_Get_Max_Threads() == 3
+    finally:
+        mkl._set_local_threads(0)
+    assert [s[1] for s in seen] == [1] * len(seen)
+    assert sum(s[2] for s in seen) == x.size
+    assert len(seen) == len({s[0] for s in seen}) == _parallel.threads()
+
+
+@needs_mkl
+def test_forced_mkl_runs_its_kernel_and_matches_the_reference():
+    from fastmath import _selection
+
+    x = np.random.default_rng(0).uniform(-5, 5, 200_000)
+    with fastmath.backend("mkl"):
+        got = fastmath.exp(x)
+        chain = _selection.plan(BY_NAME["exp"], "float64", x.size)
+    assert [name for name, _ in chain] == ["mkl", "numpy"]
+    assert_same(got, np.exp(x), BY_NAME["exp"].ulp[1])
+
+
+@needs_mkl
+def test_fp_errors_are_numpys():
+    x = np.array([1000.0, 0.0, -1.0, 1.0] * 50_000)
+    with fastmath.backend("mkl"), np.errstate(all="raise"):
+        with pytest.raises(FloatingPointError, match="overflow"):
+            fastmath.exp(x)
+        with pytest.raises(FloatingPointError, match="divide by zero"):
+            fastmath.log(x)
+    with fastmath.backend("mkl"), pytest.warns(RuntimeWarning, match="invalid value"):
+        fastmath.sqrt(x)
+
+
+@needs_mkl
+def test_fp_flags_are_left_to_the_front_end_only_where_they_can_arise():
+    k = backends.get("mkl").kernel(BY_NAME["exp"])
+    x = np.linspace(-5, 5, 1000)
+    out = np.empty_like(x)
+    assert k(x, out) == 0
+    x[3] = 1000.0
+    assert k(x, out) == backends.UNCHECKED
+    # scipy's erf raises no flags: nothing to derive even from a NaN
+    assert backends.get("mkl").kernel(BY_NAME["erf"])(np.array([np.nan]), np.empty(1)) == 0
+
+
+@needs_mkl
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_computes_with_mkl():
+    out = _python("""
+        import os, numpy as np, fastmath
+        x = np.linspace(-3, 3, 300_000)
+        with fastmath.backend("mkl"):
+            fastmath.exp(x)  # MKL loaded and fastmath's pool started in the parent
+            pid = os.fork()
+            if pid == 0:
+                ok = np.allclose(fastmath.exp(x), np.exp(x), rtol=1e-15, atol=0)
+                os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """)
+    assert out.strip() == "0"

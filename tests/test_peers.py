@@ -1,0 +1,59 @@
+"""``fastmath bench --peers`` runs end to end on a tiny grid: every installed peer gets a
+time and an error against NumPy/SciPy, and the errors are real distances (its figures
+are bench/'s business)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.special
+
+from fastmath import _peers
+
+
+def test_peers_grid_json_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "p.json", tmp_path / "p.png"
+    r = subprocess.run([sys.executable, "-m", "fastmath", "bench", "--peers", "--quick",
+                        "--functions", "exp,erf,logsumexp", "--dtypes", "float32",
+                        "--sizes", "2000", "--json", str(out), "--plot", str(png)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert len(data["load_average"]) == 3
+    names = [(row["function"], row["dtype"], row["shape"]) for row in data["rows"]]
+    assert names == [("exp", "float32", [2000]), ("erf", "float32", [2000]),
+                     ("logsumexp", "float64", [2000])]
+    for row in data["rows"]:
+        labels = [label for label, _ in _peers.columns(row["function"], row["axis"])]
+        assert list(row["times"]) == labels == list(row["max_ulps"])
+        assert row["max_ulps"]["numpy/scipy"] == 0
+        assert all(t > 0 for t in row["times"].values())
+        assert row["speedup_vs_reference"] == (row["times"]["numpy/scipy"]
+                                               / row["times"]["fastmath auto"])
+    assert "auto/fastest-other" in r.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name", _peers.FUNCTIONS)
+def test_every_installed_peer_computes_the_function(name):
+    x = np.linspace(0.1, 2.5, 1001).astype(np.float32)
+    ref = scipy.special.erf(x) if name == "erf" else getattr(np, name)(x)
+    for label, fn in _peers.columns(name):
+        # float32 kernels of independent libraries: a few ULPs, never garbage
+        assert _peers.max_ulps(fn(x), ref) <= 4, label
+
+
+def test_logsumexp_peers_match_scipy_on_both_axes():
+    a = np.random.default_rng(0).normal(size=(40, 30))
+    for axis in (None, 0):
+        ref = scipy.special.logsumexp(a, axis=axis)
+        for label, fn in _peers.columns("logsumexp", axis):
+            assert _peers.max_ulps(fn(a), ref) <= 64, label
+
+
+def test_max_ulps_is_a_distance():
+    a = np.array([1.0, 2.0], np.float32)
+    assert _peers.max_ulps(a, a) == 0
+    assert _peers.max_ulps(np.nextafter(a, np.float32(3)), a) == 1
