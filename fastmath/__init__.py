@@ -7,6 +7,11 @@ or :class:`backend`; the default, ``auto``, picks per call.
 
 Importing fastmath imports NumPy and nothing heavier: torch, numexpr, SciPy and Dask are
 imported the first time they are needed.
+
+``fastmath.__version__`` is NumPy's, as every other NumPy attribute is, so that code
+written for NumPy (``if np.__version__ >= ...``, ``np.version.version``) keeps taking the
+branch it takes under NumPy. fastmath's own version is :data:`fastmath.fastmath_version`,
+and ``importlib.metadata.version("fastmath-shim")``.
 """
 from __future__ import annotations
 
@@ -23,7 +28,8 @@ from ._elementwise import Function
 from ._linalg import einsum, vecdot
 from ._ufunc import Ufunc
 
-__version__ = "0.1.0"
+# fastmath's own version (pyproject.toml reads it from here); __version__ stays NumPy's
+fastmath_version = "0.1.0"
 
 _FRONT_ENDS = {"unary": Ufunc, "binary": BinaryUfunc, "elementwise": Function}
 for _spec in _registry.ROWS:
@@ -34,7 +40,8 @@ psi = digamma  # noqa: F821 - scipy.special.psi is digamma itself
 
 # fastmath's own names; everything else resolves to numpy.
 _OWN = ("set_backend", "get_backend", "backend", "available_backends", "info", "explain",
-        "FallbackError", "special", "foreach", "Ufunc", "accelerate", "patch", "__version__")
+        "FallbackError", "special", "foreach", "Ufunc", "accelerate", "patch",
+        "fastmath_version")
 _SUBMODULES = ("special", "foreach")
 
 

@@ -255,12 +255,11 @@ def summary(result, plot_note, load_before, load_after) -> str:
                                   for r in members)
                 lines.append(f"  {title}: {cells}")
     small = [r for r in rows if int(np.prod(r["shape"])) < LARGE]
-    if small:
-        most = max(r["auto_overhead_s"] for r in small) * 1e6
-        saved = sorted({r["function"] for r in small if r["auto_overhead_s"] < -MAX_OVERHEAD})
-        lines.append(f"Below {_size_words(LARGE)} elements: at most {max(most, 0):.2f} us added "
-                     "per call (fastmath runs NumPy/SciPy's own code there)"
-                     + (f"; {', '.join(saved)} faster than SciPy's own" if saved else "") + ".")
+    wrapped = [r["figure"] * 1e6 for r in small if r["auto_chose"] == "reference"]
+    if wrapped:
+        lines.append(f"Below {_size_words(LARGE)} elements auto runs NumPy/SciPy's own code; "
+                     f"the call through fastmath added {np.median(wrapped):.2f} us (median of "
+                     f"{len(wrapped)} cells).")
     counts = {v: [r for r in rows if r["verdict"] == v] for v in ("yes", "noisy", "NO")}
     lines.append(f"auto met its bound in {len(counts['yes'])} of {len(rows)} cells"
                  + (f"; {len(counts['noisy'])} too noisy to tell (the rounds disagreed: "
