@@ -1,5 +1,6 @@
 """The source distribution carries what its own tests need, and the license is declared
 the way packaging tools read it (an SPDX expression and the LICENSE file)."""
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -10,10 +11,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_sdist_has_the_tests_helpers_and_license(tmp_path):
+    # from a clean copy: an egg-info left by an earlier build would list files by itself
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", "*.egg-info", "__pycache__", ".venv", "build", "dist", "site"))
     code = ("import sys; from setuptools import build_meta;"
             "print(build_meta.build_sdist(sys.argv[1]))")
     r = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code,
-                        str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                        str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=src)
     assert r.returncode == 0, r.stderr
     assert "license" not in r.stderr.lower().replace("adding license file", "")
     with tarfile.open(tmp_path / r.stdout.strip().splitlines()[-1]) as tar:
