@@ -91,6 +91,12 @@ def _timer(fn, arg, kwargs, target):
 
 
 def measure(name, arg, kwargs, columns, rounds, target=TARGET):
+    """Median time per call of each column over interleaved rounds (see :func:`timed_rounds`)."""
+    return {c: float(np.median(v))
+            for c, v in timed_rounds(name, arg, kwargs, columns, rounds, target).items()}
+
+
+def timed_rounds(name, arg, kwargs, columns, rounds, target=TARGET):
     """Time per call of each column in each of ``rounds`` interleaved rounds.
 
     A column is "reference" (NumPy/SciPy called directly), "copy" (copying the array:
@@ -200,7 +206,7 @@ def run(functions, dtypes, sizes, backends, rounds, lse_shape=None, out=print, t
             own = [b for b in backends if runs(name, b)]
             columns = ["reference"] + own + ["auto", "copy"]
             for kwargs in kw_list:
-                samples = measure(name, arg, kwargs, columns, rounds, target)
+                samples = timed_rounds(name, arg, kwargs, columns, rounds, target)
                 times = {c: float(np.median(v)) for c, v in samples.items()}
                 best = min(["reference"] + own, key=times.__getitem__)
                 chose = fastmath.explain(name, arg).backend
@@ -271,8 +277,9 @@ def summary(result, plot_note, load_before, load_after) -> str:
     return "\n".join(lines)
 
 
-def plot(result, path) -> None:
-    """Time per element against size: one panel per function and dtype, a line per column."""
+def plot(result, path, title=None) -> None:
+    """Time per element against size: one panel per function and dtype, a line per column;
+    ``title`` (default: the CPU and the load average of the run) heads the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -308,7 +315,12 @@ def plot(result, path) -> None:
         ax.set_ylabel("ns per element")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    if title is None:
+        cpu, load_avg = result["info"]["cpu"], result.get("load_average", {})
+        title = (f"fastmath bench on {cpu['model']} ({cpu['usable_cores']} cores), "
+                 f"load average {load_avg.get('start') or 0:.1f}-{load_avg.get('end') or 0:.1f}")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 

@@ -14,6 +14,9 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
+# every variable read() reads (the docs test holds the pages to this list)
+VARIABLES = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_CALIBRATION",
+             "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY")
 BACKEND_NAMES = ("auto", "numpy", "numexpr", "torch-cpu", "torch-cuda")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
