@@ -11,6 +11,7 @@ import fastmath
 from fastmath import _bench
 
 
+@pytest.mark.slow
 def test_bench_table_json_plot_and_summary(tmp_path):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "b.json", tmp_path / "b.png"
