@@ -1,8 +1,10 @@
 """Make the documentation's pictures: ``python docs/make_pictures.py [--bench-json FILE]``.
 
-docs/img/bench.png: ``fastmath bench --quick`` on this machine (or the results of an
-earlier run, ``--json``), drawn by the command's own ``--plot`` code with the machine and
-its load in the title. docs/img/architecture.png: how a call flows through fastmath.
+docs/img/bench.png: ``fastmath bench --quick`` on this machine, its results kept in
+docs/img/bench.json (or drawn from an earlier run's ``--json`` file given as
+``--bench-json``), by the command's own ``--plot`` code with the machine and its load in
+the title. The committed picture is docs/img/bench.json's: a shared 2-core AMD EPYC VM
+while another process kept a core busy. docs/img/architecture.png: how a call flows through fastmath.
 Needs matplotlib (the ``bench`` extra).
 """
 import argparse
