@@ -3,8 +3,17 @@
 docs/functions.md is the registry's table, made by ``fastmath._docs``; docs/accuracy.md and
 docs/dask.md are pages of their own once written (bench/accuracy.py makes the first), and
 until then a page here says so. A page present in docs/ always wins.
+
+The docstrings are numpydoc, whose cross-references are Sphinx roles (``:func:`name```);
+mkdocstrings' numpy parser leaves those as text, so the rendered pages show them as code.
 """
+import re
+
 from mkdocs.structure.files import File
+
+# ":func:<code>~fastmath.backend</code>" as rendered -> "<code>backend</code>"
+_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|data|mod|exc|obj|const):"
+                   r"<code>(~?)([\w.]+)(\(\))?</code>")
 
 _PENDING = {
     "accuracy.md": (
@@ -36,3 +45,12 @@ def on_files(files, config):
         if name not in present:
             files.append(File.generated(config, name, content=text))
     return files
+
+
+def _code(m):
+    name = m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2)
+    return f"<code>{name}{m.group(3) or ''}</code>"
+
+
+def on_page_content(html, page, config, files):
+    return _ROLE.sub(_code, html)

@@ -7,8 +7,11 @@ The same graph is built twice on the same LocalCluster, once with fastmath's exp
 logsumexp and once with NumPy's exp and scipy.special.logsumexp per chunk, and both are
 timed and compared.
 
-    python examples/dask_gmm.py                       # N = 10**8, 2 workers
-    python examples/dask_gmm.py --n 10**7 --workers 1
+    python examples/dask_gmm.py                       # N = 5e6, 2 workers: under a minute
+    python examples/dask_gmm.py --n 10**8             # the larger run, a few minutes
+
+Each step prints as it goes (cluster started, points drawn, each timed run), so a long
+run shows where it is.
 
 Each worker process runs one Dask thread; fastmath's numpy backend splits each chunk over
 the cores left to that worker (FASTMATH_NUM_THREADS = cores // workers), so the workers
@@ -59,7 +62,11 @@ def mixture(k, d, seed=0):
             rng.dirichlet(np.ones(k)))
 
 
-def run(client, n, k=8, d=2, chunk=250_000, repeat=2):
+def _say(*args):
+    print(*args, flush=True)
+
+
+def run(client, n, k=8, d=2, chunk=250_000, repeat=2, say=_say):
     """{variant: (best seconds, log-likelihood, soft counts)} for n points."""
     import dask
     import dask.array as da
@@ -67,16 +74,19 @@ def run(client, n, k=8, d=2, chunk=250_000, repeat=2):
 
     params = mixture(k, d)
     x = da.random.default_rng(1).standard_normal((n, d), chunks=(chunk, d)) * 3
+    t0 = time.perf_counter()
     x = x.persist()
     wait(x)
+    say(f"drew {n:.3g} points into the workers in {time.perf_counter() - t0:.1f} s")
     results = {}
     for name, funcs in VARIANTS.items():
         dask.compute(*e_step(x[:chunk], params, **funcs))  # warm the workers up
         best = np.inf
-        for _ in range(repeat):
+        for i in range(repeat):
             t0 = time.perf_counter()
             ll, counts = dask.compute(*e_step(x, params, **funcs))
             best = min(best, time.perf_counter() - t0)
+            say(f"  {name:<12} run {i + 1}/{repeat}: {time.perf_counter() - t0:.2f} s")
         results[name] = (best, float(ll), counts)
     return results
 
@@ -102,8 +112,8 @@ def main(argv=None):
     from distributed import Client
 
     p = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
-    p.add_argument("--n", type=_count, default=10**8,
-                   help="points (default 10**8)")
+    p.add_argument("--n", type=_count, default=5 * 10**6,
+                   help="points (default 5e6, under a minute on 2 cores)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--components", type=int, default=8)
     p.add_argument("--dims", type=int, default=2)
@@ -111,7 +121,9 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=2, help="timed runs each; the best counts")
     args = p.parse_args(argv)
 
+    t0 = time.perf_counter()
     with cluster(args.workers) as c, Client(c) as client:
+        _say(f"started {args.workers} Dask workers in {time.perf_counter() - t0:.1f} s")
         res = run(client, args.n, args.components, args.dims, args.chunk, args.repeat)
     (t_fm, ll_fm, n_fm), (t_np, ll_np, n_np) = res["fastmath"], res["dask+numpy"]
     print(f"N={args.n:.3g} K={args.components} D={args.dims} workers={args.workers} "

@@ -113,7 +113,7 @@ def machine() -> dict:
     """What a calibration is only valid for: this CPU, its cores, threads and libraries."""
     import importlib.metadata
 
-    from . import __version__
+    from . import fastmath_version as __version__
 
     versions = {"fastmath": __version__}
     for lib in LIBRARIES:
@@ -200,7 +200,7 @@ def _read_user(path: Path):
 def _warn(path, why):
     warnings.warn(f"fastmath: ignoring the calibration file {path}: {why}; auto uses the "
                   "built-in defaults. Run `python -m fastmath calibrate` to measure this "
-                  "machine.", _config.ConfigWarning, stacklevel=2)
+                  "machine.", _config.ConfigWarning, stacklevel=_config.caller_stacklevel())
 
 
 def table() -> dict:

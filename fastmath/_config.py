@@ -1,21 +1,51 @@
 """The one place that reads ``FASTMATH_*`` environment variables.
 
 Every variable is parsed here, once, at import (and again by :func:`reload`, which tests
-use). A bad value never crashes an import: it warns once, says how to fix it, and the
-default is used instead.
+use). A bad value never crashes an import: it warns once, at the line of the caller's code
+that imported fastmath (not at fastmath's own), says how to fix it, and the default is used
+instead. An empty (or blank) variable counts as unset, as a shell's ``VAR= cmd`` means.
+Names (backends, log levels, booleans) are case-insensitive everywhere: ``TORCH-CPU`` in
+FASTMATH_BACKEND or in :func:`fastmath.set_backend` is ``torch-cpu``.
 """
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 
+# every variable read() reads (the docs test holds the pages to this list)
+VARIABLES = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_CALIBRATION",
+             "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY")
 from .backends import NAMES as _BACKENDS
 
 BACKEND_NAMES = ("auto",) + _BACKENDS
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def canonical(name):
+    """A name as fastmath compares it: stripped and lower-case (other objects unchanged)."""
+    return name.strip().lower() if isinstance(name, str) else name
+
+
+def caller_stacklevel() -> int:
+    """``stacklevel`` for a ``warnings.warn`` made by the caller of this function that
+    points at the first frame outside fastmath: the user's call, or their ``import``.
+    importlib's own frames are not counted, as ``warnings`` skips them too."""
+    level, frame = 0, sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not ("importlib" in name and "_bootstrap" in name):
+            level += 1
+            if not os.path.abspath(name).startswith(_PACKAGE):
+                return level
+        frame = frame.f_back
+    return max(level, 1)
 
 
 def default_threads() -> int:
@@ -51,12 +81,15 @@ def read(environ=None) -> Config:
 
     def _warn(var: str, value: str, problem: str, fix: str) -> None:
         ignored[var] = problem
-        warnings.warn(f"{var}={value!r} {problem}; {fix}", ConfigWarning, stacklevel=3)
-    sources = {k: v for k, v in env.items() if k.startswith("FASTMATH_")}
+        warnings.warn(f"{var}={value!r} {problem}; {fix}", ConfigWarning,
+                      stacklevel=caller_stacklevel())
+    # an empty variable is an unset one, for every variable alike
+    sources = {k: v for k, v in env.items() if k.startswith("FASTMATH_") and v.strip()}
+    env = sources
 
     raw = env.get("FASTMATH_BACKEND")
     if raw is not None:
-        name = raw.strip().lower()
+        name = canonical(raw)
         if name in BACKEND_NAMES:
             kw["backend"] = name
         else:
@@ -66,7 +99,7 @@ def read(environ=None) -> Config:
     raw = env.get("FASTMATH_NUM_THREADS")
     if raw is not None:
         try:
-            n = int(raw)
+            n = int(raw.strip())
             if n < 1:
                 raise ValueError
             kw["num_threads"] = n
@@ -76,7 +109,7 @@ def read(environ=None) -> Config:
 
     raw = env.get("FASTMATH_STRICT")
     if raw is not None:
-        v = raw.strip().lower()
+        v = canonical(raw)
         if v in _TRUE:
             kw["strict"] = True
         elif v not in _FALSE:
@@ -84,11 +117,11 @@ def read(environ=None) -> Config:
 
     raw = env.get("FASTMATH_CALIBRATION")
     if raw:
-        kw["calibration"] = os.path.expanduser(raw)
+        kw["calibration"] = os.path.expanduser(raw.strip())
 
     raw = env.get("FASTMATH_LOG")
     if raw:
-        level = raw.strip().lower()
+        level = canonical(raw)
         if level in LOG_LEVELS:
             kw["log"] = level
         else:

@@ -75,7 +75,7 @@ def collect() -> dict:
               and cfg.backend == _selection.state.default else
               "set_backend()" if _selection.state.default != "auto" else "default")
     return {
-        "fastmath": fastmath.__version__,
+        "fastmath": fastmath.fastmath_version,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "versions": {d: _version(d) for d in ("numpy", "scipy", "torch", "numexpr", "dask")},

@@ -13,7 +13,7 @@ import inspect
 import warnings
 
 from . import _calibration, _config, _log, backends
-from ._config import BACKEND_NAMES
+from ._config import BACKEND_NAMES, canonical
 
 _scoped: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend", default=None)
 
@@ -49,6 +49,7 @@ def current() -> str:
 
 
 def _check(name) -> str:
+    name = canonical(name)  # one rule for case, as FASTMATH_BACKEND reads it
     if not isinstance(name, str) or name not in BACKEND_NAMES:
         raise ValueError(f"unknown backend {name!r}; valid choices: {', '.join(BACKEND_NAMES)}")
     if name != "auto":

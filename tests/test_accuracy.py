@@ -30,6 +30,7 @@ def test_every_row_has_a_true_reference():
     assert {s.name for s in ROWS} <= set(accuracy.TRUE)
 
 
+@pytest.mark.slow
 def test_true_values_are_precise_enough():
     # At PREC bits the true values agree with PREC + 64 bits to about 1e-8 float64 ULPs
     # (1e-6 for ndtr, whose erfc far out amplifies the rounding of x / sqrt(2)); a formula
@@ -38,6 +39,7 @@ def test_true_values_are_precise_enough():
     assert max(worst.values()) < 1e-5, {k: v for k, v in worst.items() if v >= 1e-5}
 
 
+@pytest.mark.slow  # the mpmath reference values take half a minute
 @pytest.mark.parametrize("dtype", accuracy.DTYPES)
 @pytest.mark.parametrize("spec", ROWS, ids=lambda s: s.name)
 def test_within_documented_bound_and_target(table, spec, dtype):

@@ -167,6 +167,7 @@ def test_calibrate_writes_a_file_that_is_then_used(calibration_file):
     assert entry.rows == _calibration.derive(cell["sizes"], cell["times"])
 
 
+@pytest.mark.slow
 def test_calibrate_command(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
     env["XDG_CACHE_HOME"] = str(tmp_path)

@@ -23,6 +23,9 @@ from fastmath._registry import ROWS
 
 from conftest import BACKENDS, BITWISE, DRAWN, assert_same
 
+# hypothesis draws a hundred cases per function and backend: minutes in all
+pytestmark = pytest.mark.slow
+
 UNARY = [s for s in ROWS if s.kind == "unary"]
 LSE = [s for s in ROWS if s.kind == "logsumexp"]
 DTYPES = [np.dtype(t) for t in (

@@ -67,3 +67,43 @@ def test_set_backend_is_attributed_over_the_variable():
                        timeout=120, env={**clean, "FASTMATH_BACKEND": "torch-cpu"})
     assert r.returncode == 0, r.stderr
     assert "'source': 'set_backend()'" in r.stdout
+
+
+def _run(code, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env={**clean, **env})
+
+
+def test_an_empty_variable_is_unset():
+    env = {v: "" for v in VARS} | {"FASTMATH_LOG": " ", "FASTMATH_CUDA_MEMORY": ""}
+    r = info("--json", **env)
+    assert "ConfigWarning" not in r.stderr and "FASTMATH_" not in r.stderr
+    s = json.loads(r.stdout)["settings"]
+    assert s["backend"] == {"value": "auto", "source": "default"}
+    assert s["strict"] == {"value": False, "source": "default"}
+    assert s["threads"]["source"].startswith("default")
+
+
+def test_case_is_ignored_in_the_variable_and_in_set_backend_alike():
+    code = ("import fastmath; a = fastmath.get_backend(); fastmath.set_backend('NUMPY ');"
+            "b = fastmath.get_backend()\nwith fastmath.backend('Torch-CPU'):"
+            " c = fastmath.get_backend()\nprint(a, b, c)")
+    r = _run(code, FASTMATH_BACKEND="TORCH-CPU", FASTMATH_STRICT="Yes", FASTMATH_LOG="WARNING")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.split() == ["torch-cpu", "numpy", "torch-cpu"]
+
+
+def test_a_bad_variable_warns_at_the_callers_import_line(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import warnings\nwarnings.simplefilter('always')\n"
+                      "with warnings.catch_warnings(record=True) as w:\n"
+                      "    import fastmath  # line 4\n"
+                      "    fastmath._config.reload()  # line 5\n"
+                      "print([(x.filename, x.lineno, x.category.__name__) for x in w])\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120, env={**clean, "FASTMATH_BACKEND": "fastest"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str([(str(script), 4, "ConfigWarning"),
+                                    (str(script), 5, "ConfigWarning")])

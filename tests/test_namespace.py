@@ -20,9 +20,25 @@ def test_import_leaves_heavy_libraries_out():
 
 
 @pytest.mark.parametrize("name", ["array", "random", "testing", "float32", "linalg", "ndarray",
-                                  "pi", "newaxis", "sum", "floor", "errstate", "asarray"])
+                                  "pi", "newaxis", "sum", "floor", "errstate", "asarray",
+                                  "__version__", "version", "lib"])
 def test_unaccelerated_names_are_numpys_own_objects(name):
     assert getattr(fastmath, name) is getattr(numpy, name)
+
+
+def test_version_gated_code_takes_numpys_branch():
+    import importlib.metadata
+
+    # code written for NumPy compares np.__version__; it must see NumPy's under fastmath
+    assert fastmath.__version__ == numpy.__version__
+    assert fastmath.version.version == numpy.version.version
+    assert fastmath.lib.NumpyVersion(fastmath.__version__) == numpy.__version__
+    try:
+        installed = importlib.metadata.version("fastmath-shim")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None  # run from a checkout that was never installed
+    assert installed in (None, fastmath.fastmath_version)
+    assert fastmath.info()["fastmath"] == fastmath.fastmath_version != numpy.__version__
 
 
 def test_accelerated_names_are_fastmaths():

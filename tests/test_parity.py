@@ -127,6 +127,7 @@ def test_scalars_and_lists(spec, backend):
         assert_same(got, expected, bound(spec, backend, np.asarray(expected).dtype))
 
 
+@pytest.mark.slow  # 8M-element arrays for every function, dtype and backend
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("spec", UNARY, ids=lambda s: s.name)

@@ -21,6 +21,9 @@ import scipy.special
 
 from conftest import BACKENDS
 
+# NumPy's and SciPy's own tests, once per backend: minutes
+pytestmark = pytest.mark.slow
+
 MODULES = ["numpy._core.tests.test_umath", "numpy._core.tests.test_umath_accuracy",
            "scipy.special.tests.test_logsumexp", "scipy.special.tests.test_basic",
            "scipy.special.tests.test_data"]

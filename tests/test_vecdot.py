@@ -149,6 +149,7 @@ def test_einsum_parity(backend, dtype, sub, sa, sb):
         assert_same(x, y)
 
 
+@pytest.mark.slow  # products on the benchmark shapes, against numpy.einsum
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("sub,shape,prep", [("ij,jk->ik", (500, 500), None),
                                             ("bij,bjk->bik", (32, 512, 512), None),

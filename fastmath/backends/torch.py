@@ -11,12 +11,14 @@ torch is imported the first time this backend is asked whether it is available.
 from __future__ import annotations
 
 import os
+import sys
+import time
 
 from .._numpy import np
 
 import warnings
 
-from .. import _config, _fpe
+from .. import _config, _fpe, _log
 from . import UNCHECKED, _stream
 from ._flags import flags_possible
 
@@ -32,7 +34,13 @@ def _import_torch():
         # made the next threaded numpy call up to 1.6x slower. Passive waiting is set
         # only if the user has not chosen, and only matters if torch is not loaded yet.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        fresh, t = "torch" not in sys.modules, time.perf_counter()
         import torch
+
+        if fresh:  # the one slow first call: say why it was slow, and how to move it
+            _log.logger.info("imported torch %s in %.2f s for the first torch-backed call "
+                             "(fastmath.warmup() does this ahead of time)",
+                             torch.__version__, time.perf_counter() - t)
 
         n = _config.get().sources.get("FASTMATH_NUM_THREADS")
         if n is not None:

@@ -1,0 +1,88 @@
+"""Make the documentation's pictures: ``python docs/make_pictures.py [--bench-json FILE]``.
+
+docs/img/bench.png: ``fastmath bench --quick`` on this machine, its results kept in
+docs/img/bench.json (or drawn from an earlier run's ``--json`` file given as
+``--bench-json``), by the command's own ``--plot`` code with the machine and its load in
+the title. The committed picture is docs/img/bench.json's: a shared 2-core AMD EPYC VM
+while another process kept a core busy. docs/img/architecture.png: how a call flows through fastmath.
+Needs matplotlib (the ``bench`` extra).
+"""
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from fastmath import _bench  # noqa: E402
+
+IMG = Path(__file__).resolve().parent / "img"
+
+
+def bench(json_path):
+    if json_path is None:
+        json_path = IMG / "bench.json"
+        subprocess.run([sys.executable, "-m", "fastmath", "bench", "--quick", "--no-plot",
+                        "--json", str(json_path)], check=True)
+    result = json.loads(Path(json_path).read_text())
+    _bench.plot(result, IMG / "bench.png")
+
+
+# (x, y, text) of each box; arrows between them below
+BOXES = {
+    "user": (0.08, 0.5, "your code\nnp.exp(x)"),
+    "fe": (0.33, 0.5, "front end\n_ufunc.py, _reductions.py\nNumPy semantics: dtypes,\n"
+                      "out=, where=, scalars, errstate"),
+    "sel": (0.33, 0.14, "selection\n_selection.py\nscope, default, FASTMATH_BACKEND,\n"
+                        "auto's cost table (_calibration.py)"),
+    "reg": (0.33, 0.86, "registry\n_registry.py\none row per function"),
+    "np": (0.78, 0.86, "numpy backend\nNumPy/SciPy loops\nover a thread pool"),
+    "torch": (0.78, 0.62, "torch-cpu / torch-cuda\nzero-copy views, writes\ninto NumPy's output"),
+    "ne": (0.78, 0.40, "numexpr"),
+    "ref": (0.78, 0.14, "NumPy / SciPy directly\nsmall arrays under auto,\n"
+                        "and what no backend takes"),
+}
+# (from, to, where on the first box the arrow leaves, where on the second it lands, label)
+ARROWS = [("user", "fe", (1, .5), (0, .5), ""),
+          ("reg", "fe", (.5, 0), (.5, 1), ""),
+          ("fe", "sel", (.35, 0), (.35, 1), "function, dtype, size"),
+          ("sel", "fe", (.65, 1), (.65, 0), "plan (cached)"),
+          *[("fe", b, (1, .5), (0, .5), "") for b in ("np", "torch", "ne", "ref")]]
+
+
+def architecture():
+    fig, ax = plt.subplots(figsize=(10, 5.2))
+    ax.set_axis_off()
+    boxes = {}
+    for key, (x, y, text) in BOXES.items():
+        face = "#e8f0fe" if key in ("fe", "sel", "reg") else "#f5f5f5"
+        t = ax.text(x, y, text, ha="center", va="center", fontsize=8.5,
+                    bbox=dict(boxstyle="round,pad=0.5", facecolor=face, edgecolor="#555"))
+        boxes[key] = t.get_bbox_patch()
+    for a, b, start, end, label in ARROWS:
+        ax.annotate("", xy=end, xycoords=boxes[b], xytext=start, textcoords=boxes[a],
+                    arrowprops=dict(arrowstyle="->", color="#333", shrinkA=2, shrinkB=2))
+        if label:
+            left = start[0] > .5
+            # beside its arrow, in the gap below the front end
+            ax.annotate(label, xy=(start[0] + (0.03 if left else -0.03), -0.35),
+                        xycoords=boxes["fe"], fontsize=7.5, ha="left" if left else "right",
+                        color="#333")
+    ax.set_title("How a call flows: front end, then selection, then a backend kernel",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(IMG / "architecture.png", dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--bench-json", help="draw from this `fastmath bench --json` file")
+    args = p.parse_args()
+    IMG.mkdir(exist_ok=True)
+    architecture()
+    bench(args.bench_json)
