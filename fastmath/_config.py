@@ -29,6 +29,7 @@ class Config:
     backend: str = "auto"
     num_threads: int = field(default_factory=default_threads)
     strict: bool = False
+    verify: bool = False  # accelerate(elementwise/rows) checks its first blocked call
     calibration: str | None = None
     log: str | None = None
     cuda_memory: int | None = None  # bytes the CUDA pipeline may hold; None: its default
@@ -72,13 +73,15 @@ def read(environ=None) -> Config:
             _warn("FASTMATH_NUM_THREADS", raw, "is not a positive integer",
                   f"using {default_threads()} (the cores this process may use)")
 
-    raw = env.get("FASTMATH_STRICT")
-    if raw is not None:
-        v = raw.strip().lower()
-        if v in _TRUE:
-            kw["strict"] = True
-        elif v not in _FALSE:
-            _warn("FASTMATH_STRICT", raw, "is not a boolean", "use 1 or 0; strict mode stays off")
+    for var, key, what in (("FASTMATH_STRICT", "strict", "strict mode"),
+                           ("FASTMATH_VERIFY", "verify", "verification")):
+        raw = env.get(var)
+        if raw is not None:
+            v = raw.strip().lower()
+            if v in _TRUE:
+                kw[key] = True
+            elif v not in _FALSE:
+                _warn(var, raw, "is not a boolean", f"use 1 or 0; {what} stays off")
 
     raw = env.get("FASTMATH_CALIBRATION")
     if raw:
