@@ -94,7 +94,8 @@ def wrap(fn, mode, verify):
             return fn(*args, **kwargs)
         if "dask.array" in sys.modules and _has_dask(args, kwargs):
             from . import _blockwise_dask
-            return _blockwise_dask.map_blocks(fn, mode, args, kwargs)
+            return _blockwise_dask.map_blocks(fn, mode, args, kwargs,
+                                              lambda a, k: blocked(*a, **k))
         plan = _Plan.make(mode, args, kwargs)
         if plan is None:
             return fn(*args, **kwargs)

@@ -268,3 +268,63 @@ def test_methods_and_nested_blockwise_calls():
 
     with fastmath.backend("numpy"):
         assert_same(Model().f(X), pdf_cdf(X) * 2)
+
+
+# --- Dask: one blockwise layer, computed on a real (in-process) LocalCluster ---
+
+@pytest.fixture(scope="module")
+def client():
+    import logging
+
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None,
+                                  silence_logs=logging.ERROR) as cluster, \
+            distributed.Client(cluster) as c:
+        yield c
+
+
+def where_am_i(x):
+    """1.0 where the block ran on the numpy backend: the scope must reach the workers."""
+    return x * 0 + (1.0 if fastmath.get_backend() == "numpy" else 0.0)
+
+
+def test_dask_elementwise_is_one_layer_and_numpy_bits(client):
+    import dask.array as da
+
+    x = rng.standard_normal((1000, 400))
+    dx = da.from_array(x, chunks=(250, 150))
+    with fastmath.backend("numpy"):
+        r = blocked(mixed)(dx, x[0], scale=3.0)
+        flags = blocked(where_am_i)(dx)
+        e, big = blocked(two)(dx)
+    assert isinstance(r, da.Array) and len(r.dask.layers) == len(dx.dask.layers) + 2
+    assert r.chunks == dx.chunks
+    got = client.compute([r, flags, e, big], sync=True)
+    assert_same(got[0], mixed(x, x[0], scale=3.0))
+    assert_same(got[1], np.ones_like(x))
+    ee, eb = two(x)
+    assert_same(got[2], ee)
+    assert_same(got[3], eb)
+
+
+def test_dask_rows_cut_along_the_first_axis_only(client):
+    import dask.array as da
+
+    m = rng.standard_normal((8, 2))
+    w = np.full(8, 1 / 8)
+    pts = rng.standard_normal((100_000, 2))
+    dp = da.from_array(pts, chunks=(30_000, 1))
+    with fastmath.backend("numpy"):
+        total, resp = fastmath.accelerate(rows=True)(rows_loglik)(dp, m, weights=w)
+    et, er = rows_loglik(pts, m, w)
+    with fastmath.backend("numpy"):
+        t2, _ = fastmath.accelerate(rows=True)(rows_loglik)(pts, m, weights=da.from_array(w))
+    assert_same(t2, et)  # no Dask array among the rows: a plain (blocked) call
+    assert total.chunks == (dp.chunks[0],) and resp.chunks == (dp.chunks[0], (8,))
+    got = client.compute([total, resp], sync=True)
+    assert_same(got[0], et)
+    assert_same(got[1], er)
+    with fastmath.backend("numpy"):
+        t3 = fastmath.accelerate(rows=True)(lambda x, y: x[:, 0] * y)(dp, pts[:, 1])
+    assert_same(client.compute(t3, sync=True), pts[:, 0] * pts[:, 1])  # numpy rows, cut alike
