@@ -165,6 +165,14 @@ def test_errstate_raise_and_call_and_ignore():
         with pytest.raises(FloatingPointError) as got:
             f(x)
     assert str(got.value) == str(want.value)
+    # the first block errs only in sqrt, a later one in log: NumPy stops at log
+    x, y = X + 10, Y.copy()
+    y[5] = -1.0
+    x[-5] = 0.0
+    with np.errstate(all="raise"):
+        with pytest.raises(FloatingPointError, match="divide by zero encountered in log"):
+            blocked(lambda a, b: np.log(a) + np.sqrt(b))(x, y)
+    x = with_zeros()
     seen, expected = [], []
     with np.errstate(all="call", call=lambda *a: seen.append(a)):
         f(x)
@@ -186,9 +194,12 @@ def test_exceptions_as_the_unblocked_call_raises_them():
     def bad_types(x):
         return x.astype(np.int64) << 1.5
 
+    def reshaped(x):  # a block's error would name the block's size, not the array's
+        return np.exp(x).reshape(-1, 7).ravel()
+
     x = X.copy()
     x[-3] = 5.0
-    for fn, arg in ((late, x), (bad_types, X)):
+    for fn, arg in ((late, x), (bad_types, X), (reshaped, X)):
         with pytest.raises(Exception) as want:
             fn(arg)
         with pytest.raises(type(want.value)) as got:
