@@ -16,7 +16,7 @@ with the plain call: bit for bit where NumPy's kernels ran, else as the largest 
 relative to the largest magnitude of the result.
 
 python bench/workloads.py [--quick] [--rounds 7] [--plot docs/img/blockwise.png]
-                          [--block-sweep] [--only pdf_cdf,gmm]
+                          [--block-sweep] [--foreach] [--only softplus,"gmm e-step"]
 """
 import argparse
 import os
@@ -147,6 +147,29 @@ def measure(fn, args, mode, expr, env, rounds):
     return {name: (float(np.median(ts)), checks[name]) for name, ts in times.items()}
 
 
+def foreach_bench(rounds):
+    """fastmath.foreach over 1000 arrays of 1000 float64 against a loop of NumPy calls."""
+    from fastmath import foreach
+
+    rng = np.random.default_rng(0)
+    xs = [rng.uniform(0.1, 1, 1000) for _ in range(1000)]
+    print("\nforeach: 1000 arrays of 1000 float64, median ms (wall)")
+    for name in ("exp", "log1p", "sin"):
+        ufunc, each = getattr(np, name), getattr(foreach, name)
+        loop = lambda: [ufunc(x) for x in xs]  # noqa: E731
+        fused = lambda: each(xs)  # noqa: E731
+        same = all(not _blockwise.differ(a, ufunc(x)).any() for a, x in zip(fused(), xs))
+        ts = {"loop": [], "foreach": []}
+        for _ in range(rounds * 5):
+            for key, f in (("loop", loop), ("foreach", fused)):
+                t = time.perf_counter()
+                f()
+                ts[key].append(time.perf_counter() - t)
+        a, b = (1e3 * float(np.median(ts[k])) for k in ("loop", "foreach"))
+        print(f"  {name:6s} loop {a:6.2f}  foreach {b:6.2f}  {a / b:4.2f}x  "
+              f"{'bitwise' if same else 'DIFFERENT'}")
+
+
 def load():
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -210,6 +233,7 @@ def main():
     p.add_argument("--only", default=None, help="comma-separated workload names")
     p.add_argument("--plot", default=None, help="write a PNG of the speedups here")
     p.add_argument("--block-sweep", action="store_true", help="time block sizes 2^12..2^18")
+    p.add_argument("--foreach", action="store_true", help="also time fastmath.foreach")
     a = p.parse_args()
     n, rounds = (10**6, 3) if a.quick else (int(a.size), a.rounds)
     items = workloads(n, np.random.default_rng(0))
@@ -228,6 +252,8 @@ def main():
         for v, (t, check) in res.items():
             print(f"  {v:15s} {1e3 * t:8.1f} ms  {base / t:5.2f}x  {check}")
     print(f"\nload average after: {load()}")
+    if a.foreach:
+        foreach_bench(rounds)
     if a.block_sweep:
         block_sweep(items, max(3, rounds // 2))
     if a.plot:

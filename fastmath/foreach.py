@@ -22,29 +22,10 @@ from __future__ import annotations
 from ._numpy import np
 
 from . import _fpe, _parallel, _registry, _selection, backends
+from ._blockwise import _Log, replay as _replay
 from .backends.numpy import PARALLEL_MIN_BYTES
 
 _ndarray = np.ndarray
-_CATEGORY = {text: bit for _, bit, text in _fpe._CATEGORIES}
-
-
-class _Log:
-    """An ``np.errstate(all="log")`` sink: NumPy's messages, in order, with the ufunc named."""
-
-    __slots__ = ("lines",)
-
-    def __init__(self):
-        self.lines = []
-
-    def write(self, line):
-        self.lines.append(line)
-
-
-def _replay(lines):
-    """Act on recorded ``Warning: <text> encountered in <name>`` lines as NumPy would."""
-    for line in lines:
-        text, _, name = line.strip().partition("Warning: ")[2].partition(" encountered in ")
-        _fpe.report(name, _CATEGORY.get(text, 0))
 
 
 class Foreach:
