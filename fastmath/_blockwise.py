@@ -14,8 +14,8 @@ How a call keeps the unblocked call's meaning:
   function was not what it was declared) sends the whole call to the unblocked function;
 - an exception in any block stops the others and the unblocked call runs instead, so the
   caller sees the exception the unblocked call raises (or its result);
-- blocks run under ``np.errstate(all="log")``; NumPy's messages are replayed once per call
-  under the caller's error state. Under ``raise`` the unblocked call runs instead, so the
+- blocks run with ``np.errstate`` mode ``log`` for each category the caller does not
+  ignore; NumPy's messages are replayed once per call under the caller's error state. Under ``raise`` the unblocked call runs instead, so the
   FloatingPointError comes from the very operation NumPy would stop at;
 - every block runs in a copy of the caller's context (its ``fastmath.backend`` scope and
   ``np.errstate``), with ``_parallel.serial`` set so calls inside a block never split again.
@@ -197,6 +197,9 @@ class _Plan:
         return fn(*args, **kwargs)
 
     def run(self, fn, threads):
+        # what the caller ignores stays ignored in the blocks (no checks for nothing);
+        # the rest is written to a log, to be acted on once the blocks are done
+        self.modes = {k: "ignore" if v == "ignore" else "log" for k, v in np.geterr().items()}
         head = _Log()
         first = _Context().run(self._one, fn, self.blocks[0], head)
         outs, single = self._allocate(first, self.blocks[0])
@@ -233,7 +236,7 @@ class _Plan:
 
     def _one(self, fn, index, log):
         args, kwargs = self.block_args(index)
-        with np.errstate(all="log", call=log):
+        with np.errstate(call=log, **self.modes):
             return fn(*args, **kwargs)
 
     def _allocate(self, result, index):
