@@ -28,10 +28,11 @@ import inspect
 import itertools
 import math
 import sys
+import types
 
 from ._numpy import np
 
-from . import _config, _fpe, _parallel
+from . import _config, _fpe, _parallel, _selection
 
 # Elements per block. 2**15 float64 (256 KiB per temporary) kept a formula of a dozen
 # operations in the L2 cache; 2**13..2**17 measured in bench/workloads.py.
@@ -87,6 +88,9 @@ def wrap(fn, mode, verify):
         raise ValueError(f"unknown blockwise mode {mode!r}; valid choices: {', '.join(MODES)}")
     _refuse_generators(fn)
     state = {"verified": False}
+    # the function as written, for blocks on the numpy backend: inside a block fastmath
+    # would run NumPy's very loops on one thread, so its front end is overhead only
+    raw = getattr(fn, "__wrapped__", None) if isinstance(fn, types.FunctionType) else None
 
     @functools.wraps(fn)
     def blocked(*args, **kwargs):
@@ -102,7 +106,8 @@ def wrap(fn, mode, verify):
         if not state["verified"] and (_config.get().verify if verify is None else verify):
             check(fn, mode, plan, args, kwargs)
             state["verified"] = True
-        return plan.call(fn, args, kwargs, _parallel.threads())
+        inner = raw if raw is not None and _selection.current() == "numpy" else fn
+        return plan.call(fn, args, kwargs, _parallel.threads(), inner)
 
     blocked.__fastmath_blockwise__ = mode
     return blocked
@@ -186,10 +191,11 @@ class _Plan:
         extents = tuple(len(range(*s.indices(n))) for s, n in zip(index, self.shape))
         return extents[0] if self.mode == "rows" else extents + self.shape[len(index):]
 
-    def call(self, fn, args, kwargs, threads):
-        """The blocked call; the unblocked one wherever the blocks cannot stand for it."""
+    def call(self, fn, args, kwargs, threads, inner=None):
+        """The blocked call (``inner`` in the blocks, default ``fn``); the unblocked one
+        wherever the blocks cannot stand for it."""
         try:
-            return self.run(fn, threads)
+            return self.run(fn if inner is None else inner, threads)
         except _NotBlockable:
             pass
         except Exception:  # noqa: BLE001 - the unblocked call raises its own, or succeeds
