@@ -71,7 +71,7 @@ def test_out_in_place_and_other_lists(name, backend):
 
 def test_many_arrays_across_threads_are_bitwise_numpys():
     rng = np.random.default_rng(2)
-    xs = [rng.standard_normal(int(n)) for n in rng.integers(1, 4000, 600)]  # ~10 MB in all
+    xs = [rng.standard_normal(int(n)) for n in rng.integers(1 << 14, 40_000, 50)]  # ~11 MB
     with fastmath.backend("numpy"):
         got = foreach.exp(xs)
         outs = [np.empty_like(x) for x in xs]
