@@ -170,6 +170,17 @@ def foreach_bench(rounds):
               f"{'bitwise' if same else 'DIFFERENT'}")
 
 
+def cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def load():
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -240,7 +251,7 @@ def main():
     if a.only:
         keep = [s.strip().lower() for s in a.only.split(",")]
         items = [it for it in items if it[0].lower() in keep]
-    print(f"{platform.processor() or platform.machine()}, {fastmath._parallel.threads()} "
+    print(f"{cpu()}, {fastmath._parallel.threads()} "
           f"threads, numpy {np.__version__}; n = {n:.0e}, median of {rounds} interleaved "
           f"rounds; load average before: {load()}")
     results = {}
@@ -257,8 +268,8 @@ def main():
     if a.block_sweep:
         block_sweep(items, max(3, rounds // 2))
     if a.plot:
-        plot(results, a.plot, f"n = {n:.0e} float64, {fastmath._parallel.threads()} threads; "
-                              f"load {load()}")
+        plot(results, a.plot, f"{cpu()}, {fastmath._parallel.threads()} threads; n = {n:.0e} "
+                              f"float64 (GMM: n/10 x 2); load average {load()}")
 
 
 if __name__ == "__main__":
