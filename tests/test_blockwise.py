@@ -339,3 +339,30 @@ def test_dask_rows_cut_along_the_first_axis_only(client):
     with fastmath.backend("numpy"):
         t3 = fastmath.accelerate(rows=True)(lambda x, y: x[:, 0] * y)(dp, pts[:, 1])
     assert_same(client.compute(t3, sync=True), pts[:, 0] * pts[:, 1])  # numpy rows, cut alike
+
+
+def test_ctrl_c_during_a_blocked_call_stops_it(tmp_path):
+    """SIGINT while blocks run: KeyboardInterrupt reaches the caller, nothing hangs."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        "import numpy as np, fastmath, sys\n"
+        "f = fastmath.accelerate(elementwise=True)(lambda x: np.sin(np.exp(-x * x)) + 1)\n"
+        "x = np.linspace(-3, 3, 4_000_000)\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    f(x)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode != 0 and "KeyboardInterrupt" in err
