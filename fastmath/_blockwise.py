@@ -28,7 +28,6 @@ import inspect
 import itertools
 import math
 import sys
-import types
 
 from ._numpy import np
 
@@ -82,15 +81,17 @@ def _refuse_generators(fn):
                     "function, whose result is not an array. Use plain @fastmath.accelerate")
 
 
-def wrap(fn, mode, verify):
-    """``fn`` (already rerouted through fastmath) run block by block in ``mode``."""
+def wrap(fn, mode, verify, raw=None):
+    """``fn`` (already rerouted through fastmath) run block by block in ``mode``.
+
+    ``raw`` is the function as written, if ``fn`` was rerouted from it: blocks on the
+    numpy backend call it, since inside a block fastmath would run NumPy's very loops on
+    one thread there, and its front end would be overhead only.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown blockwise mode {mode!r}; valid choices: {', '.join(MODES)}")
     _refuse_generators(fn)
     state = {"verified": False}
-    # the function as written, for blocks on the numpy backend: inside a block fastmath
-    # would run NumPy's very loops on one thread, so its front end is overhead only
-    raw = getattr(fn, "__wrapped__", None) if isinstance(fn, types.FunctionType) else None
 
     @functools.wraps(fn)
     def blocked(*args, **kwargs):

@@ -218,5 +218,6 @@ def accelerate(fn=None, *, backend=None, elementwise=False, rows=False, verify=N
     if elementwise or rows:
         from . import _blockwise
 
-        new = _blockwise.wrap(new, "rows" if rows else "elementwise", verify)
+        raw = fn if getattr(new, "__wrapped__", None) is fn else None  # rerouted from fn
+        new = _blockwise.wrap(new, "rows" if rows else "elementwise", verify, raw)
     return new if backend is None else _scoped(new, backend)
