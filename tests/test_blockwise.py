@@ -179,6 +179,19 @@ def test_errstate_raise_and_call_and_ignore():
     with np.errstate(all="call", call=lambda *a: expected.append(a)):
         log_and_divide(x)
     assert seen == expected
+
+    class Log:
+        def __init__(self):
+            self.lines = []
+
+        def write(self, line):
+            self.lines.append(line)
+    ours, numpys = Log(), Log()
+    with np.errstate(all="log", call=ours):
+        f(x)
+    with np.errstate(all="log", call=numpys):
+        log_and_divide(x)
+    assert ours.lines == numpys.lines and len(ours.lines) == 3
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with np.errstate(all="ignore"):
