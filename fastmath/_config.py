@@ -14,11 +14,11 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
-# every variable read() reads (the docs test holds the pages to this list)
-VARIABLES = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_CALIBRATION",
-             "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY")
 from .backends import NAMES as _BACKENDS
 
+# every variable read() reads (the docs test holds the pages to this list)
+VARIABLES = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_VERIFY",
+             "FASTMATH_CALIBRATION", "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY")
 BACKEND_NAMES = ("auto",) + _BACKENDS
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -61,6 +61,7 @@ class Config:
     backend: str = "auto"
     num_threads: int = field(default_factory=default_threads)
     strict: bool = False
+    verify: bool = False  # accelerate(elementwise/rows) checks its first blocked call
     calibration: str | None = None
     log: str | None = None
     cuda_memory: int | None = None  # bytes the CUDA pipeline may hold; None: its default
@@ -107,13 +108,15 @@ def read(environ=None) -> Config:
             _warn("FASTMATH_NUM_THREADS", raw, "is not a positive integer",
                   f"using {default_threads()} (the cores this process may use)")
 
-    raw = env.get("FASTMATH_STRICT")
-    if raw is not None:
-        v = canonical(raw)
-        if v in _TRUE:
-            kw["strict"] = True
-        elif v not in _FALSE:
-            _warn("FASTMATH_STRICT", raw, "is not a boolean", "use 1 or 0; strict mode stays off")
+    for var, key, what in (("FASTMATH_STRICT", "strict", "strict mode"),
+                           ("FASTMATH_VERIFY", "verify", "verification")):
+        raw = env.get(var)
+        if raw is not None:
+            v = canonical(raw)
+            if v in _TRUE:
+                kw[key] = True
+            elif v not in _FALSE:
+                _warn(var, raw, "is not a boolean", f"use 1 or 0; {what} stays off")
 
     raw = env.get("FASTMATH_CALIBRATION")
     if raw:

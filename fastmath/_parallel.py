@@ -7,6 +7,7 @@ no threads of its parent's pool).
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +20,13 @@ _size = 0
 _PREFIX = "fastmath-pool"
 
 
+# True while a task runs that is itself one part of a split computation (a block of
+# accelerate(elementwise=True)): the work inside it stays in its thread, no cores to spare.
+serial: contextvars.ContextVar = contextvars.ContextVar("fastmath_serial", default=False)
+
+
 def threads() -> int:
-    return _config.get().num_threads
+    return 1 if serial.get() else _config.get().num_threads
 
 
 def _reset() -> None:

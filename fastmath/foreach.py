@@ -8,9 +8,10 @@ input, and may be the input list itself (in place). What changes is how the list
 
 - on a torch backend chosen with ``fastmath.backend``/``set_backend``, float32/float64
   arrays go through torch's ``_foreach_<op>_`` in one call, where torch has one;
-- otherwise many small arrays are spread over the thread pool (each thread takes a run
-  of the list); arrays big enough to be split on their own run one after another, each
-  across every thread.
+- otherwise many small arrays (of at least 16K elements each) are spread over the thread
+  pool (each thread takes the next run of the list as it comes free); arrays big enough to be split on their own run
+  one after another, each across every thread. Where fastmath.<name> would call NumPy's
+  own function as it is (small arrays), foreach calls it directly.
 
 Floating-point errors are reported per array, in list order, as NumPy would report them
 for one call per array. Under ``np.errstate`` modes that act at once (``raise``,
@@ -19,32 +20,19 @@ one that raises are left untouched, as they would be by a loop.
 """
 from __future__ import annotations
 
+import itertools
+
 from ._numpy import np
 
 from . import _fpe, _parallel, _registry, _selection, backends
+from ._blockwise import _Log, replay as _replay
 from .backends.numpy import PARALLEL_MIN_BYTES
 
 _ndarray = np.ndarray
-_CATEGORY = {text: bit for _, bit, text in _fpe._CATEGORIES}
-
-
-class _Log:
-    """An ``np.errstate(all="log")`` sink: NumPy's messages, in order, with the ufunc named."""
-
-    __slots__ = ("lines",)
-
-    def __init__(self):
-        self.lines = []
-
-    def write(self, line):
-        self.lines.append(line)
-
-
-def _replay(lines):
-    """Act on recorded ``Warning: <text> encountered in <name>`` lines as NumPy would."""
-    for line in lines:
-        text, _, name = line.strip().partition("Warning: ")[2].partition(" encountered in ")
-        _fpe.report(name, _CATEGORY.get(text, 0))
+# Elements per run of small arrays handed to a thread at a time, and the smallest array
+# worth handing to another thread at all.
+SPREAD_RUN = 1 << 15
+SPREAD_MIN = 1 << 14
 
 
 class Foreach:
@@ -69,6 +57,8 @@ class Foreach:
                         f"``foreach.{spec.name}(arrays, out=None)`` returns a list; with "
                         f"``out=`` (a list, or ``arrays`` itself) it writes there.")
         self._fn = None
+        # below this size the numpy backend runs the reference in one piece, as it is
+        self._split_size = int(PARALLEL_MIN_BYTES / spec.cost / 16)
 
     def __repr__(self):
         return f"<fastmath foreach {self.__name__!r}>"
@@ -102,8 +92,11 @@ class Foreach:
         small, big = [], []
         for i in todo:
             x = xs[i]
-            nbytes = x.size * 16 if type(x) is _ndarray else 0
-            (big if nbytes * self._spec.cost >= PARALLEL_MIN_BYTES else small).append(i)
+            n = x.size if type(x) is _ndarray else 0
+            # below SPREAD_MIN a call is mostly dispatch, which holds the GIL: threads would
+            # only pass it back and forth (and wait on each other on a busy machine)
+            (small if SPREAD_MIN <= n and n * 16 * self._spec.cost < PARALLEL_MIN_BYTES
+             else big).append(i)
         total = sum(xs[i].size * 16 for i in small if type(xs[i]) is _ndarray)
         threads = _parallel.threads()
         if threads < 2 or len(small) < 2 or total * self._spec.cost < PARALLEL_MIN_BYTES:
@@ -111,32 +104,56 @@ class Foreach:
             small = []
         if small:
             self._spread(small, xs, outs, results, threads)
-        for i in big:
-            results[i] = self._one(xs[i], outs[i])
+        self._some(big, xs, outs, results)
         return results
 
     def _spread(self, index, xs, outs, results, threads):
-        """Runs of ``index`` of about equal bytes, one per thread; errors replayed in order."""
-        sizes = np.cumsum([getattr(xs[i], "size", 1) for i in index])
-        cuts = np.searchsorted(sizes, sizes[-1] * np.arange(1, threads) / threads)
-        runs = [r for r in np.split(np.asarray(index), cuts) if len(r)]
+        """Runs of ``index`` of about SPREAD_RUN elements, taken in turn by each thread as
+        it comes free (a thread that gets no core leaves its runs to the others); NumPy's
+        messages replayed in list order."""
+        runs, run, total = [], [], 0
+        for i in index:
+            run.append(i)
+            total += getattr(xs[i], "size", 1)
+            if total >= SPREAD_RUN:
+                runs.append(run)
+                run, total = [], 0
+        if run:
+            runs.append(run)
         scope = _selection._scoped.get()
         logs = [_Log() for _ in runs]
+        counter = itertools.count()
 
-        def task(run, log):
+        def task():
             token = _selection._scoped.set(scope)  # the caller's backend() scope
             try:
-                with np.errstate(all="log", call=log):
-                    for i in run:
-                        results[i] = self._one(xs[i], outs[i])
+                while (r := next(counter)) < len(runs):
+                    with np.errstate(all="log", call=logs[r]):
+                        self._some(runs[r], xs, outs, results)
             finally:
                 _selection._scoped.reset(token)
 
         try:
-            _parallel.run([lambda r=r, g=g: task(r, g) for r, g in zip(runs, logs)])
+            _parallel.run([task] * min(threads, len(runs)))
         finally:
             for log in logs:  # runs are in list order, and so is each log
                 _replay(log.lines)
+
+    def _some(self, index, xs, outs, results):
+        """``results[i]`` for each ``i`` of ``index``. Where fastmath.<name> would call the
+        reference as it is (``auto`` below its smallest crossover; ``numpy`` on an array
+        too small to split), the reference is called here, without the front end."""
+        sel = _selection.current()
+        limit = 0
+        if self._spec.kind == "unary" and sel in ("numpy", "auto"):
+            limit = _selection.small_size(self._spec) if sel == "auto" else self._split_size
+        ref = self._spec.reference()
+        for i in index:
+            x = xs[i]
+            if type(x) is _ndarray and x.size < limit and outs[i] is None:
+                results[i] = ref(x)
+            else:
+                results[i] = self._one(x, outs[i])
 
     def _torch(self, xs, outs, results):
         """Compute what the selected backend's list kernel takes; the indices left over."""

@@ -71,7 +71,7 @@ def test_out_in_place_and_other_lists(name, backend):
 
 def test_many_arrays_across_threads_are_bitwise_numpys():
     rng = np.random.default_rng(2)
-    xs = [rng.standard_normal(int(n)) for n in rng.integers(1, 4000, 600)]  # ~10 MB in all
+    xs = [rng.standard_normal(int(n)) for n in rng.integers(1 << 14, 40_000, 50)]  # ~11 MB
     with fastmath.backend("numpy"):
         got = foreach.exp(xs)
         outs = [np.empty_like(x) for x in xs]
@@ -144,3 +144,27 @@ def test_torch_foreach_kernels_where_torch_has_them():
         assert (s.name in have) == (s.kind == "unary" and bool(name)
                                     and hasattr(torch, f"_foreach_{name}_")), s.name
     assert {"exp", "log", "log1p", "expm1", "erf", "sqrt", "sin", "tanh", "expit"} <= have
+
+
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+@pytest.mark.parametrize("name", ["exp", "log1p", "erf", "sqrt"])
+def test_many_small_arrays_of_every_kind_are_numpys(name, backend):
+    """A long list of small arrays of several dtypes and layouts: every result has NumPy's
+    bits, dtype and shape, and is an array of its own."""
+    spec = next(s for s in UNARY if s.name == name)
+    rng = np.random.default_rng(3)
+    kinds = ["float64", "float32", "int8", "int64", "float16"]
+    xs = []
+    for k in range(1200):
+        dt = kinds[k % len(kinds)]
+        shape = (int(rng.integers(0, 3000)),) if k % 7 else (3, int(rng.integers(1, 40)))
+        xs.append(rng.uniform(0.05, 4, shape).astype(dt))
+    xs[5] = np.asfortranarray(rng.uniform(0.1, 1, (30, 20)))
+    before = [x.copy() for x in xs]
+    with fastmath.backend(backend), np.errstate(all="ignore"):
+        got = getattr(foreach, name)(xs)
+    for g, x, b in zip(got, xs, before):
+        assert_same(g, reference(spec, x))
+        assert_same(x, b)
+    got[0][...] = -1.0  # results share no memory with one another
+    assert_same(got[1], reference(spec, xs[1]))

@@ -1,0 +1,276 @@
+"""Whole NumPy functions: plain NumPy, fastmath per call, fastmath blockwise, numexpr.
+
+Each workload is one unchanged NumPy/SciPy function, timed as:
+
+- ``numpy``: the function itself;
+- ``accelerate``: ``@fastmath.accelerate`` (each call inside through fastmath, auto backend);
+- ``blockwise``: ``@fastmath.accelerate(elementwise=True)`` (or ``rows=True``) on the numpy
+  backend, whose result must be NumPy's, bit for bit;
+- ``blockwise-auto``: the same on the auto backend (other kernels may run inside blocks);
+- ``numexpr``: the same formula as a numexpr string, where numexpr can express it (it has no
+  erf and no reduction along an axis).
+
+Rounds are interleaved (each round times every variant once) and the median is reported,
+with the load average, since other processes share the machine. Every result is compared
+with the plain call: bit for bit where NumPy's kernels ran, else as the largest difference
+relative to the largest magnitude of the result.
+
+python bench/workloads.py [--quick] [--rounds 7] [--plot docs/img/blockwise.png]
+                          [--block-sweep] [--foreach] [--only softplus,"gmm e-step"]
+"""
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+import scipy.special as sc
+
+import fastmath
+from fastmath import _blockwise
+
+SQRT2 = np.sqrt(2.0)
+
+
+def pdf_cdf(x):
+    return np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi) * 0.5 * (1 + sc.erf(x / np.sqrt(2)))
+
+
+def softplus_ll(x):
+    return np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0) - 0.5 * x * x
+
+
+def black_scholes(s, k, t, r, v):
+    """European call price, the normal CDF written with erf."""
+    sqrt_t = np.sqrt(t)
+    d1 = (np.log(s / k) + (r + 0.5 * v * v) * t) / (v * sqrt_t)
+    d2 = d1 - v * sqrt_t
+    cdf1 = 0.5 * (1 + sc.erf(d1 / np.sqrt(2)))
+    cdf2 = 0.5 * (1 + sc.erf(d2 / np.sqrt(2)))
+    return s * cdf1 - k * np.exp(-r * t) * cdf2
+
+
+def log_loss(z, y):
+    """Per-sample logistic-regression loss of the scores ``z`` against 0/1 labels ``y``."""
+    p = sc.expit(z)
+    return -(sc.xlogy(y, p) + sc.xlogy(1 - y, 1 - p))
+
+
+def gmm_estep(x, means, prec_chol, log_weights):
+    """Per-sample log-likelihood and log-responsibilities of a Gaussian mixture with full
+    covariances given by their precision Cholesky factors (scikit-learn's E-step), one
+    component at a time over long vectors, as fast NumPy code is written."""
+    n, d = x.shape
+    log_det = np.sum(np.log(np.diagonal(prec_chol, axis1=1, axis2=2)), axis=1)
+    xt = np.ascontiguousarray(x.T)  # (d, n): every operation below runs along n
+    lp = np.empty((n, means.shape[0]))
+    for c in range(means.shape[0]):
+        diff = xt - means[c][:, None]
+        sq = 0.0
+        for e in range(d):
+            y = np.sum(diff * prec_chol[c, :, e, None], axis=0)
+            sq = sq + y * y
+        lp[:, c] = -0.5 * (d * np.log(2 * np.pi) + sq) + log_det[c] + log_weights[c]
+    total = sc.logsumexp(lp, axis=1)
+    return total, lp - total[:, None]
+
+
+NUMEXPR = {
+    "softplus": "log1p(exp(-abs(x))) + where(x > 0, x, 0) - 0.5 * x * x",
+    "log-loss": "-(where(y == 0, 0, y * log(1 / (1 + exp(-z))))"
+                " + where(y == 1, 0, (1 - y) * log(1 - 1 / (1 + exp(-z)))))",
+}
+
+
+def workloads(n, rng):
+    x = rng.standard_normal(n)
+    s = rng.uniform(5, 30, n)
+    bs = (s, rng.uniform(1, 100, n), rng.uniform(0.25, 10, n), 0.05, rng.uniform(0.1, 0.9, n))
+    z = 3 * rng.standard_normal(n)
+    y = (rng.uniform(size=n) < sc.expit(z)).astype(np.float64)
+    k, dim = 8, 2
+    a = rng.standard_normal((k, dim, dim)) * 0.3 + 2 * np.eye(dim)
+    prec_chol = np.triu(a)
+    gmm = (rng.standard_normal((n // 10, dim)) * 2, rng.standard_normal((k, dim)) * 2,
+           prec_chol, np.log(np.full(k, 1 / k)))
+    return [("PDF x CDF", pdf_cdf, (x,), "elementwise", None, {}),
+            ("softplus", softplus_ll, (x,), "elementwise", NUMEXPR["softplus"], {"x": x}),
+            ("Black-Scholes", black_scholes, bs, "elementwise", None, {}),
+            ("GMM E-step", gmm_estep, gmm, "rows", None, {}),
+            ("log-loss", log_loss, (z, y), "elementwise", NUMEXPR["log-loss"], {"z": z, "y": y})]
+
+
+def as_tuple(r):
+    return r if isinstance(r, tuple) else (r,)
+
+
+def compare(got, want):
+    """'bitwise', or the largest difference relative to the result's largest magnitude."""
+    worst = 0.0
+    for g, w in zip(as_tuple(got), as_tuple(want)):
+        if g.dtype != w.dtype or g.shape != w.shape:
+            return "dtype/shape differ"
+        if not _blockwise.differ(g, w).any():
+            continue
+        fin = np.isfinite(w)
+        if not np.array_equal(fin, np.isfinite(g)):
+            return "inf/nan differ"
+        scale = np.max(np.abs(w[fin])) if fin.any() else 1.0
+        worst = max(worst, float(np.max(np.abs(g[fin] - w[fin]))) / scale)
+    return "bitwise" if worst == 0 else f"{worst:.1e}"
+
+
+def variants(fn, mode, expr, env):
+    out = {"numpy": fn, "accelerate": fastmath.accelerate(fn)}
+    declared = fastmath.accelerate(fn, **{mode: True})
+    out["blockwise"] = fastmath.backend("numpy")(declared)
+    out["blockwise-auto"] = declared
+    if expr is not None:
+        import numexpr
+
+        numexpr.set_num_threads(fastmath._parallel.threads())
+        out["numexpr"] = lambda *_: numexpr.evaluate(expr, local_dict=env)
+    return out
+
+
+def measure(fn, args, mode, expr, env, rounds):
+    vs = variants(fn, mode, expr, env)
+    with np.errstate(all="ignore"):
+        want = fn(*args)
+        checks = {name: compare(v(*args), want) for name, v in vs.items()}
+        times = {name: [] for name in vs}
+        for _ in range(rounds):
+            for name, v in vs.items():
+                t = time.perf_counter()
+                v(*args)
+                times[name].append(time.perf_counter() - t)
+    return {name: (float(np.median(ts)), checks[name]) for name, ts in times.items()}
+
+
+def foreach_bench(rounds):
+    """fastmath.foreach over 1000 arrays of 1000 float64 against a loop of NumPy calls."""
+    from fastmath import foreach
+
+    rng = np.random.default_rng(0)
+    xs = [rng.uniform(0.1, 1, 1000) for _ in range(1000)]
+    print("\nforeach: 1000 arrays of 1000 float64, median ms (wall)")
+    for name in ("exp", "log1p", "sin"):
+        ufunc, each = getattr(np, name), getattr(foreach, name)
+        loop = lambda: [ufunc(x) for x in xs]  # noqa: E731
+        fused = lambda: each(xs)  # noqa: E731
+        same = all(not _blockwise.differ(a, ufunc(x)).any() for a, x in zip(fused(), xs))
+        ts = {"loop": [], "foreach": []}
+        for _ in range(rounds * 5):
+            for key, f in (("loop", loop), ("foreach", fused)):
+                t = time.perf_counter()
+                f()
+                ts[key].append(time.perf_counter() - t)
+        a, b = (1e3 * float(np.median(ts[k])) for k in ("loop", "foreach"))
+        print(f"  {name:6s} loop {a:6.2f}  foreach {b:6.2f}  {a / b:4.2f}x  "
+              f"{'bitwise' if same else 'DIFFERENT'}")
+
+
+def cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load():
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def block_sweep(items, rounds):
+    print("\nblock size sweep (blockwise, numpy backend), median ms")
+    saved = _blockwise.BLOCK
+    try:
+        for name, fn, args, mode, _, _ in items:
+            row = []
+            for exp in range(12, 19):
+                _blockwise.BLOCK = 1 << exp
+                f = fastmath.backend("numpy")(fastmath.accelerate(fn, **{mode: True}))
+                with np.errstate(all="ignore"):
+                    f(*args)
+                    ts = []
+                    for _ in range(rounds):
+                        t = time.perf_counter()
+                        f(*args)
+                        ts.append(time.perf_counter() - t)
+                row.append(f"2^{exp}: {1e3 * np.median(ts):.0f}")
+            print(f"  {name:14s} " + "  ".join(row))
+    finally:
+        _blockwise.BLOCK = saved
+
+
+def plot(results, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["accelerate", "blockwise", "blockwise-auto", "numexpr"]
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    width = 0.2
+    for i, v in enumerate(names):
+        xs, ys = [], []
+        for j, (wl, res) in enumerate(results.items()):
+            if v in res:
+                xs.append(j + (i - 1.5) * width)
+                ys.append(res["numpy"][0] / res[v][0])
+        bars = ax.bar(xs, ys, width, label=v)
+        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    ax.axhline(1, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(results)), list(results))
+    ax.set_ylabel("speedup over plain NumPy")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"plot written to {path}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="10^6 elements, 3 rounds")
+    p.add_argument("--size", type=float, default=1e7, help="elements (GMM: a tenth, x 2)")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--only", default=None, help="comma-separated workload names")
+    p.add_argument("--plot", default=None, help="write a PNG of the speedups here")
+    p.add_argument("--block-sweep", action="store_true", help="time block sizes 2^12..2^18")
+    p.add_argument("--foreach", action="store_true", help="also time fastmath.foreach")
+    a = p.parse_args()
+    n, rounds = (10**6, 3) if a.quick else (int(a.size), a.rounds)
+    items = workloads(n, np.random.default_rng(0))
+    if a.only:
+        keep = [s.strip().lower() for s in a.only.split(",")]
+        items = [it for it in items if it[0].lower() in keep]
+    print(f"{cpu()}, {fastmath._parallel.threads()} "
+          f"threads, numpy {np.__version__}; n = {n:.0e}, median of {rounds} interleaved "
+          f"rounds; load average before: {load()}")
+    results = {}
+    for name, fn, args, mode, expr, env in items:
+        res = measure(fn, args, mode, expr, env, rounds)
+        results[name] = res
+        base = res["numpy"][0]
+        print(f"\n{name} ({mode})")
+        for v, (t, check) in res.items():
+            print(f"  {v:15s} {1e3 * t:8.1f} ms  {base / t:5.2f}x  {check}")
+    print(f"\nload average after: {load()}")
+    if a.foreach:
+        foreach_bench(rounds)
+    if a.block_sweep:
+        block_sweep(items, max(3, rounds // 2))
+    if a.plot:
+        plot(results, a.plot, f"{cpu()}, {fastmath._parallel.threads()} threads; n = {n:.0e} "
+                              f"float64 (GMM: n/10 x 2); load average {load()}")
+
+
+if __name__ == "__main__":
+    main()
