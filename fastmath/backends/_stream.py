@@ -213,20 +213,23 @@ class _Pipeline:
         self.budget, self.tdtype = budget, tdtype
         self.slots, self.taken = [], []  # taken: (kind, buffer) to give back at the end
 
+    def _take(self, kind, nbytes):
+        # listed at once: an allocation failing later in the setup must not lose this one
+        buf = self.pool.take(kind, nbytes, self.budget)
+        self.taken.append((kind, buf))
+        return buf
+
     def take_slots(self, count, itemsizes, most):
         """``count`` slots, each with buffers for a block of ``most`` elements."""
-        dev, take, budget = self.dev, self.pool.take, self.budget
         for i in range(count):
             s = _Slot()
-            s.pin_in = [take("pinned", most * n, budget) for n in itemsizes]
-            s.dev_in = [take("device", most * n, budget) for n in itemsizes]
-            self.taken += [("pinned", b) for b in s.pin_in] + [("device", b) for b in s.dev_in]
+            s.pin_in = [self._take("pinned", most * n) for n in itemsizes]
+            s.dev_in = [self._take("device", most * n) for n in itemsizes]
             s.dev_out = s.pin_out = None
             if self.out_dtype is not None:
-                s.dev_out = take("device", most * self.out_dtype.itemsize, budget)
-                s.pin_out = take("pinned", most * self.out_dtype.itemsize, budget)
-                self.taken += [("device", s.dev_out), ("pinned", s.pin_out)]
-            s.events, s.pending = dev._events[i], None
+                s.dev_out = self._take("device", most * self.out_dtype.itemsize)
+                s.pin_out = self._take("pinned", most * self.out_dtype.itemsize)
+            s.events, s.pending = self.dev._events[i], None
             self.slots.append(s)
 
     def send(self, s, k, host):
@@ -250,10 +253,16 @@ class _Pipeline:
             results, out = self._compute(s, host, nbytes, shape)
             computed.record(dev.compute)
         dev.note("compute", k)
-        with dev.on(dev.d2h):
-            dev.d2h.wait_event(computed)
-            back = [self._copy_back(s, r, j == 0 and r is out) for j, r in enumerate(results)]
-            unloaded.record(dev.d2h)
+        back = []
+        try:
+            with dev.on(dev.d2h):
+                dev.d2h.wait_event(computed)
+                for j, r in enumerate(results):
+                    self._copy_back(s, r, j == 0 and r is out, back)
+                unloaded.record(dev.d2h)
+        except BaseException:
+            self.taken += [("pinned", buf) for buf, _, own in back if own]
+            raise
         dev.note("d2h", k)
         return back
 
@@ -267,13 +276,13 @@ class _Pipeline:
         with self.dev.torch.inference_mode():
             return self.kernel(views, out), out
 
-    def _copy_back(self, s, r, is_out):
-        """Queue the copy of result ``r`` into pinned memory: the slot's own output buffer
-        when ``r`` is the output view, else one taken from the pool for it."""
+    def _copy_back(self, s, r, is_out, back):
+        """Queue the copy of result ``r`` into pinned memory, listed in ``back``: the slot's
+        own output buffer when ``r`` is the output view, else one taken from the pool."""
         n = r.numel() * r.element_size()
         buf = s.pin_out if is_out else self.pool.take("pinned", n, self.budget)
+        back.append((buf, r, not is_out))
         buf[:n].view(r.dtype).view(r.shape).copy_(r, non_blocking=True)
-        return buf, r, not is_out
 
     def finish(self):
         """Wait for the streams, then give every buffer back: the slots', and those of
