@@ -254,7 +254,7 @@ class _Pipeline:
             computed.record(dev.compute)
         dev.note("compute", k)
         back = []
-        try:
+        try:  # results given pinned buffers before one failed: those go back at the end too
             with dev.on(dev.d2h):
                 dev.d2h.wait_event(computed)
                 for j, r in enumerate(results):
