@@ -164,38 +164,54 @@ def _labels(term, ndim, width):
 
 
 def _parse(subscripts, nda, ndb):
-    """(a labels, b labels, output labels) of a two-operand einsum, or None."""
-    spec = subscripts.replace(" ", "")
-    ins, arrow, outs = spec.partition("->")
+    """The plan of a two-operand einsum of a product pattern: (a labels, b labels, output
+    labels, batch, rows, cols, inner), see :func:`_roles`; None for anything else."""
+    ins, arrow, outs = subscripts.replace(" ", "").partition("->")
     terms = ins.split(",")
     if len(terms) != 2 or "->" in outs or ("." in outs and "..." not in outs):
         return None
-    width = 0
-    for term, nd in zip(terms, (nda, ndb)):
-        if "..." in term:
-            width = max(width, nd - len(term) + 3)
+    # the number of axes '...' stands for: the most of either operand
+    width = max([0] + [nd - len(t) + 3 for t, nd in zip(terms, (nda, ndb)) if "..." in t])
     la, lb = _labels(terms[0], nda, width), _labels(terms[1], ndb, width)
     if la is None or lb is None:
         return None
-    if arrow:
-        lo = _labels(outs, width + len(outs.replace("...", "")), width)
-        if lo is None or ("..." in outs) != ("..." in ins):
-            return None
-    else:  # NumPy's implicit output: the broadcast axes, then letters seen once, sorted
-        letters = [x for x in la + lb if isinstance(x, str)]
-        lo = list(range(width)) + sorted(x for x in set(letters) if letters.count(x) == 1)
-    for labels in (la, lb, lo):
-        if len(set(labels)) != len(labels):
-            return None  # diagonals and repeated outputs are NumPy's
-    if not set(lo) <= set(la) | set(lb) or (set(la) ^ set(lb)) - set(lo):
-        return None  # an axis summed in one operand only: not a product pattern
-    if not (set(la) & set(lb)) - set(lo):
-        return None  # nothing contracted: an outer product
+    lo = _explicit_output(ins, outs, width) if arrow else _implicit_output(la, lb, width)
+    if lo is None or not _is_product(la, lb, lo):
+        return None
+    return (la, lb, lo) + _roles(la, lb, lo)
+
+
+def _explicit_output(ins, outs, width):
+    """The labels written after '->', or None."""
+    if ("..." in outs) != ("..." in ins):
+        return None
+    return _labels(outs, width + len(outs.replace("...", "")), width)
+
+
+def _implicit_output(la, lb, width):
+    """NumPy's output when none is written: the broadcast axes, then letters seen once, sorted."""
+    letters = [x for x in la + lb if isinstance(x, str)]
+    return list(range(width)) + sorted(x for x in set(letters) if letters.count(x) == 1)
+
+
+def _is_product(la, lb, lo):
+    """Whether the labels make a batched dot or matrix product, the patterns _product runs."""
+    if any(len(set(labels)) != len(labels) for labels in (la, lb, lo)):
+        return False  # diagonals and repeated outputs are NumPy's
+    a, b, o = set(la), set(lb), set(lo)
+    if not o <= a | b or (a ^ b) - o:
+        return False  # an axis summed in one operand only: not a product pattern
+    return bool((a & b) - o)  # if nothing is contracted, an outer product
+
+
+def _roles(la, lb, lo):
+    """Output axes in both operands (batch), in a only (rows), in b only (cols), in output
+    order; the axes summed over (inner), in a's order."""
     batch = [x for x in lo if x in la and x in lb]
     rows = [x for x in lo if x in la and x not in lb]
     cols = [x for x in lo if x in lb and x not in la]
     inner = [x for x in la if x in lb and x not in lo]
-    return la, lb, lo, batch, rows, cols, inner
+    return batch, rows, cols, inner
 
 
 def _group(x, labels, order):
@@ -236,40 +252,46 @@ def einsum(*operands, **kwargs):
                 plan = _plans[key]
             except KeyError:
                 plan = _plans[key] = _parse(subscripts, a.ndim, b.ndim)
-            if plan is not None:
-                res = _product(a, b, *plan)
-                if res is not None and out is None:
-                    return res[()] if res.ndim == 0 else res
-                if res is not None and out.shape == res.shape and out.dtype == res.dtype:
-                    np.copyto(out, res)
-                    return out
+            res = None if plan is None else _product(a, b, *plan)
+            if res is not None:
+                res = _returned(res, out)
+                if res is not None:
+                    return res
     return _einsum_ref(*operands, **kwargs)
+
+
+def _returned(res, out):
+    """``res`` as einsum returns it: a scalar for 0-d, or written to ``out``; None when
+    ``out`` has another shape or dtype, which NumPy answers (casting into it, or its error)."""
+    if out is None:
+        return res[()] if res.ndim == 0 else res
+    if out.shape == res.shape and out.dtype == res.dtype:
+        np.copyto(out, res)
+        return out
+    return None
 
 
 def _product(a, b, la, lb, lo, batch, rows, cols, inner):
     """``einsum`` of one matched pattern, or None for what NumPy must answer."""
-    if not rows and not cols and (a.dtype not in _REAL or max(a.size, b.size) < CHUNK_MIN_SIZE
-                                  and a.shape[la.index(inner[-1])] < VECDOT_LENGTHS[0]):
+    dot = not rows and not cols
+    if dot and (a.dtype not in _REAL or max(a.size, b.size) < CHUNK_MIN_SIZE
+                and a.shape[la.index(inner[-1])] < VECDOT_LENGTHS[0]):
         return None  # a dot product numpy.einsum does as fast (or, complex, conjugates not)
-    size = {}
-    for x, labels in ((a, la), (b, lb)):
-        for label, n in zip(labels, x.shape):
-            m = size.get(label, n)
-            if m != n and not (isinstance(label, int) and 1 in (m, n)):
-                return None  # NumPy's error, or a broadcast it does only on '...' axes
-            size[label] = max(m, n)
+    size = _sizes(a, la, b, lb)
+    if size is None:
+        return None
     k = math.prod(size[x] for x in inner)
     sa = tuple(a.shape[la.index(x)] for x in batch)
     sb = tuple(b.shape[lb.index(x)] for x in batch)
     shape = np.broadcast_shapes(sa, sb)
-    if not rows and not cols:  # a batched dot product
-        chunked = _chunked(math.prod(shape), k, a.dtype)
-        if not chunked and not VECDOT_LENGTHS[0] <= k <= VECDOT_LENGTHS[1]:
+    if dot:
+        kernel = _dot_kernel(math.prod(shape), k, a.dtype)
+        if kernel is None:
             return None
         A = _group(a, la, batch + inner).reshape(sa + (k,))
         B = _group(b, lb, batch + inner).reshape(sb + (k,))
         res = np.empty(shape, a.dtype)
-        (_matmul_rows_chunked if chunked else _vecdot_ref)(A, B, out=res)
+        kernel(A, B, out=res)
     else:
         m = math.prod(size[x] for x in rows)
         n = math.prod(size[x] for x in cols)
@@ -280,3 +302,26 @@ def _product(a, b, la, lb, lo, batch, rows, cols, inner):
     if order != lo:
         res = np.ascontiguousarray(res.transpose([order.index(x) for x in lo]))
     return res
+
+
+def _sizes(a, la, b, lb):
+    """The length of each label's axis, or None where the operands disagree: NumPy's error,
+    or a broadcast NumPy does only on '...' axes, of a length 1 against another."""
+    size = {}
+    for x, labels in ((a, la), (b, lb)):
+        for label, n in zip(labels, x.shape):
+            m = size.get(label, n)
+            if m != n and not (isinstance(label, int) and 1 in (m, n)):
+                return None
+            size[label] = max(m, n)
+    return size
+
+
+def _dot_kernel(rows, length, dtype):
+    """The formulation for ``rows`` dot products of ``length``, as ``kernel(A, B, out=)``;
+    None where numpy.einsum's own loop is as fast."""
+    if _chunked(rows, length, dtype):
+        return _matmul_rows_chunked
+    if VECDOT_LENGTHS[0] <= length <= VECDOT_LENGTHS[1]:
+        return _vecdot_ref
+    return None

@@ -173,6 +173,40 @@ def test_out_of_memory_shrinks_the_chunk_and_retries():
         _stream.unary(dev, torch.exp, x, out)
     assert dev.pool.peak["device"] <= 1 << 20
     assert_same(out, whole(torch.exp, x))
+    for kind in ("pinned", "device"):  # the failed attempts' buffers all came back
+        assert pooled_bytes(dev.pool, kind) == dev.pool.held[kind]
+
+
+def test_out_of_memory_does_not_eat_the_budget():
+    # each failure happens with some of a slot's buffers already taken; were they not
+    # given back, the pool would count them as held and soon refuse every call
+    dev = device(memory=1 << 20, limit=40_000)  # a "card" too small for any chunk
+    x = np.linspace(-5, 5, 1_000_000)
+    out = np.empty_like(x)
+    for _ in range(4):
+        with pytest.raises(torch.OutOfMemoryError, match="would pass its 40000"):
+            _stream.unary(dev, torch.exp, x, out)
+        for kind in ("pinned", "device"):
+            assert pooled_bytes(dev.pool, kind) == dev.pool.held[kind]
+    dev.limit = None  # the card has room again
+    _stream.unary(dev, torch.exp, x, out)
+    assert_same(out, whole(torch.exp, x))
+
+
+def test_results_buffers_come_back_when_one_cannot_be_had():
+    # one block, buffers of 4 KiB: the slot's two pinned ones and one result's fit the
+    # budget, the second result's does not
+    dev = device(memory=3 * _stream.MIN_BUFFER)
+    x = np.linspace(-5, 5, 100)
+
+    def kernel(views, o):
+        torch.exp(views[0], out=o)
+        return [o, o.sum().reshape(1), o.max().reshape(1)]
+
+    with pytest.raises(torch.OutOfMemoryError, match="FASTMATH_CUDA_MEMORY"):
+        _stream.run(dev, [x], _stream.blocks(x.shape, 100), kernel, lambda *a: None, x.dtype)
+    for kind in ("pinned", "device"):
+        assert pooled_bytes(dev.pool, kind) == dev.pool.held[kind]
 
 
 def test_out_of_memory_at_the_smallest_chunk_falls_back_once(streamed_cuda):

@@ -118,7 +118,11 @@ EINSUM = [("ij,ij->i", (3000, 64), (3000, 64)), ("...i,...i->...", (4, 900, 30),
           ("ij,ij->i", (300, 400), (300, 400)),
           # not a product pattern: numpy.einsum's own
           ("ij,jk->ijk", (20, 30), (30, 10)), ("ii,ij->j", (30, 30), (30, 40)),
-          ("ij,kl->ijkl", (6, 7), (8, 9)), ("ij,j->", (60, 40), (40,))]
+          ("ij,kl->ijkl", (6, 7), (8, 9)), ("ij,j->", (60, 40), (40,)),
+          ("ij,jk->k", (40, 30), (30, 50)), ("ij,jk->...ik", (40, 30), (30, 50)),
+          # implicit output with '...', trailing '...', capitals, a dot too long for vecdot
+          ("...ij,...jk", (3, 1, 20, 16), (4, 16, 30)), ("ij...,jk...->ik...", (40, 30, 3), (30, 50, 3)),
+          ("Ij,jK->IK", (40, 30), (30, 50)), ("i,i->", (20000,), (20000,))]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -165,13 +169,22 @@ def test_benchmark_shapes_einsum(sub, shape, prep, dtype):
     assert np.all(np.abs(r - e) <= 16 * np.sqrt(n) * np.finfo(e.dtype).eps * scale)
 
 
+# big enough for fastmath to parse them before NumPy answers: each step that declines
+EINSUM_ERRORS = [("ij,jk,kl->il", (40, 30), (30, 50)), ("ij,jk->i.k", (40, 30), (30, 50)),
+                 ("ij,jk->ik->ik", (40, 30), (30, 50)), ("i1,1k->ik", (40, 30), (30, 50)),
+                 ("ij,jk->ii", (40, 30), (30, 40)), ("...ijk,...k->...i", (40, 30), (30,)),
+                 ("...ij,...jk->ik", (3, 40, 30), (30, 50)), ("ij,jk->ik", (40, 30), (31, 50)),
+                 ("...ij,...jk->...ik", (2, 40, 30), (3, 30, 50))]
+
+
 @pytest.mark.parametrize("args,kwargs", [(("ij,jk->ik", np.ones((5, 3)), np.ones((4, 6))), {}),
                                          (("ij,jk->iq", np.ones((40, 30)), np.ones((30, 60))), {}),
                                          (("ij,jk->ik", np.ones((40, 30)), np.ones((30, 60))),
                                           {"out": np.empty((40, 61))}),
                                          (("ij,jk->ik", np.ones((40, 30)), np.ones((30, 60))),
                                           {"bogus": 1}),
-                                         (("ij,jk->ik", np.ones((40, 30))), {})])
+                                         (("ij,jk->ik", np.ones((40, 30))), {})]
+                         + [((sub, np.ones(sa), np.ones(sb)), {}) for sub, sa, sb in EINSUM_ERRORS])
 def test_einsum_errors_are_numpys(args, kwargs):
     with pytest.raises(Exception) as want:
         np.einsum(*args, **kwargs)

@@ -186,75 +186,115 @@ def run(dev, inputs, index, kernel, sink, out_dtype=None):
     Raises whatever the device raised, after every transfer has finished and every
     buffer is back in the pool.
     """
-    torch, pool = dev.torch, dev.pool
     budget = dev.budget()
     most = max(int(np.prod(inputs[0][idx].shape)) for idx in index)
-    tdtype = {dt: torch.from_numpy(np.empty(0, dt)).dtype
+    tdtype = {dt: dev.torch.from_numpy(np.empty(0, dt)).dtype
               for dt in {a.dtype for a in inputs} | ({out_dtype} - {None})}
     with dev.lock:
-        taken, slots = [], []
+        p = _Pipeline(dev, kernel, out_dtype, budget, tdtype)
         try:
-            for i in range(min(SLOTS, len(index))):
-                s = _Slot()
-                s.pin_in = [pool.take("pinned", most * a.itemsize, budget) for a in inputs]
-                s.dev_in = [pool.take("device", most * a.itemsize, budget) for a in inputs]
-                taken += [("pinned", b) for b in s.pin_in] + [("device", b) for b in s.dev_in]
-                s.dev_out = s.pin_out = None
-                if out_dtype is not None:
-                    s.dev_out = pool.take("device", most * out_dtype.itemsize, budget)
-                    s.pin_out = pool.take("pinned", most * out_dtype.itemsize, budget)
-                    taken += [("device", s.dev_out), ("pinned", s.pin_out)]
-                s.events, s.pending = dev._events[i], None
-                slots.append(s)
+            p.take_slots(min(SLOTS, len(index)), [a.itemsize for a in inputs], most)
             for k, idx in enumerate(index):
-                s = slots[k % len(slots)]
+                s = p.slots[k % len(p.slots)]
                 if s.pending is not None:
                     _drain(dev, s, sink)
-                host = [a[idx] for a in inputs]
-                shape = host[0].shape
-                nbytes = [h.size * h.itemsize for h in host]
-                for h, p in zip(host, s.pin_in):
-                    copy(_host(p, h.dtype, shape), h)
-                dev.note("stage", k)
-                loaded, computed, unloaded = s.events
-                with dev.on(dev.h2d):
-                    for p, d, n in zip(s.pin_in, s.dev_in, nbytes):
-                        d[:n].copy_(p[:n], non_blocking=True)
-                    loaded.record(dev.h2d)
-                dev.note("h2d", k)
-                with dev.on(dev.compute):
-                    dev.compute.wait_event(loaded)
-                    views = [d[:n].view(tdtype[h.dtype]).view(shape)
-                             for d, n, h in zip(s.dev_in, nbytes, host)]
-                    out = None if out_dtype is None else (
-                        s.dev_out[:int(np.prod(shape)) * out_dtype.itemsize]
-                        .view(tdtype[out_dtype]).view(shape))
-                    with torch.inference_mode():
-                        results = kernel(views, out)
-                    computed.record(dev.compute)
-                dev.note("compute", k)
-                with dev.on(dev.d2h):
-                    dev.d2h.wait_event(computed)
-                    back = []
-                    for j, r in enumerate(results):
-                        n = r.numel() * r.element_size()
-                        own = not (j == 0 and r is out)
-                        buf = pool.take("pinned", n, budget) if own else s.pin_out
-                        back.append((buf, r, own))
-                        buf[:n].view(r.dtype).view(r.shape).copy_(r, non_blocking=True)
-                    unloaded.record(dev.d2h)
-                dev.note("d2h", k)
-                s.pending = (k, idx, back)
-            for s in sorted((s for s in slots if s.pending), key=lambda s: s.pending[0]):
+                s.pending = (k, idx, p.send(s, k, [a[idx] for a in inputs]))
+            for s in sorted((s for s in p.slots if s.pending), key=lambda s: s.pending[0]):
                 _drain(dev, s, sink)
         finally:
-            if dev.cuda:
-                for stream in (dev.h2d, dev.compute, dev.d2h):
-                    stream.synchronize()
-            for s in slots:
-                taken += [("pinned", b[0]) for b in (s.pending or (0, 0, ()))[2] if b[2]]
-            for kind, buf in taken:
-                pool.give(kind, buf)
+            p.finish()
+
+
+class _Pipeline:
+    """One :func:`run`: its slots, and the buffers it took from the pool."""
+
+    def __init__(self, dev, kernel, out_dtype, budget, tdtype):
+        self.dev, self.pool, self.kernel, self.out_dtype = dev, dev.pool, kernel, out_dtype
+        self.budget, self.tdtype = budget, tdtype
+        self.slots, self.taken = [], []  # taken: (kind, buffer) to give back at the end
+
+    def _take(self, kind, nbytes):
+        # listed at once: an allocation failing later in the setup must not lose this one
+        buf = self.pool.take(kind, nbytes, self.budget)
+        self.taken.append((kind, buf))
+        return buf
+
+    def take_slots(self, count, itemsizes, most):
+        """``count`` slots, each with buffers for a block of ``most`` elements."""
+        for i in range(count):
+            s = _Slot()
+            s.pin_in = [self._take("pinned", most * n) for n in itemsizes]
+            s.dev_in = [self._take("device", most * n) for n in itemsizes]
+            s.dev_out = s.pin_out = None
+            if self.out_dtype is not None:
+                s.dev_out = self._take("device", most * self.out_dtype.itemsize)
+                s.pin_out = self._take("pinned", most * self.out_dtype.itemsize)
+            s.events, s.pending = self.dev._events[i], None
+            self.slots.append(s)
+
+    def send(self, s, k, host):
+        """Queue block ``k`` (``host``, its input arrays) through slot ``s``: staged into
+        pinned memory now; copied in, computed and copied back on the streams. Returns
+        (pinned buffer, device result, whether the buffer is its own) per result."""
+        dev = self.dev
+        shape = host[0].shape
+        nbytes = [h.size * h.itemsize for h in host]
+        for h, p in zip(host, s.pin_in):
+            copy(_host(p, h.dtype, shape), h)
+        dev.note("stage", k)
+        loaded, computed, unloaded = s.events
+        with dev.on(dev.h2d):
+            for p, d, n in zip(s.pin_in, s.dev_in, nbytes):
+                d[:n].copy_(p[:n], non_blocking=True)
+            loaded.record(dev.h2d)
+        dev.note("h2d", k)
+        with dev.on(dev.compute):
+            dev.compute.wait_event(loaded)
+            results, out = self._compute(s, host, nbytes, shape)
+            computed.record(dev.compute)
+        dev.note("compute", k)
+        back = []
+        try:  # results given pinned buffers before one failed: those go back at the end too
+            with dev.on(dev.d2h):
+                dev.d2h.wait_event(computed)
+                for j, r in enumerate(results):
+                    self._copy_back(s, r, j == 0 and r is out, back)
+                unloaded.record(dev.d2h)
+        except BaseException:
+            self.taken += [("pinned", buf) for buf, _, own in back if own]
+            raise
+        dev.note("d2h", k)
+        return back
+
+    def _compute(self, s, host, nbytes, shape):
+        """The kernel on the device views of slot ``s``; returns its results and the output view."""
+        views = [d[:n].view(self.tdtype[h.dtype]).view(shape)
+                 for d, n, h in zip(s.dev_in, nbytes, host)]
+        out = None if self.out_dtype is None else (
+            s.dev_out[:int(np.prod(shape)) * self.out_dtype.itemsize]
+            .view(self.tdtype[self.out_dtype]).view(shape))
+        with self.dev.torch.inference_mode():
+            return self.kernel(views, out), out
+
+    def _copy_back(self, s, r, is_out, back):
+        """Queue the copy of result ``r`` into pinned memory, listed in ``back``: the slot's
+        own output buffer when ``r`` is the output view, else one taken from the pool."""
+        n = r.numel() * r.element_size()
+        buf = s.pin_out if is_out else self.pool.take("pinned", n, self.budget)
+        back.append((buf, r, not is_out))
+        buf[:n].view(r.dtype).view(r.shape).copy_(r, non_blocking=True)
+
+    def finish(self):
+        """Wait for the streams, then give every buffer back: the slots', and those of
+        results never drained (the run raised)."""
+        dev = self.dev
+        if dev.cuda:
+            for stream in (dev.h2d, dev.compute, dev.d2h):
+                stream.synchronize()
+        for s in self.slots:
+            self.taken += [("pinned", b[0]) for b in (s.pending or (0, 0, ()))[2] if b[2]]
+        for kind, buf in self.taken:
+            self.pool.give(kind, buf)
 
 
 def _drain(dev, s, sink):
