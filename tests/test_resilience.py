@@ -1,0 +1,125 @@
+"""Never hang, never lose a result: fork, first use from many threads, interrupts, scopes
+that leave nothing behind, layouts a backend cannot take, hostile calibration files.
+
+Whatever could hang runs in its own process with a timeout, so a hang fails the test
+instead of the CI run.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fastmath
+
+from conftest import BACKENDS
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_TORCH = "torch-cpu" in BACKENDS
+HANG = 90  # seconds: far beyond what any case here takes when it works
+
+
+def _script(code, timeout=HANG, env=None):
+    """Run ``code`` in a fresh interpreter with this checkout's fastmath; its stdout."""
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    try:
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                           text=True, timeout=timeout, env=full, cwd=ROOT)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"hung: no result after {timeout} s\n{e.stdout or ''}{e.stderr or ''}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+# --- fork ------------------------------------------------------------------------------
+
+_EVERY_BACKEND = f"""
+import numpy as np, scipy.special, fastmath
+BACKENDS = {BACKENDS!r}
+x = np.linspace(-3, 3, 1_000_003)
+
+def errors(_=None):
+    # every backend, the auto default included, against numpy/scipy
+    worst = 0.0
+    for b in BACKENDS:
+        with fastmath.backend(b):
+            for f, ref in ((fastmath.erf, scipy.special.erf), (fastmath.exp, np.exp),
+                           (fastmath.log1p, np.log1p)):
+                got, want = f(x + 3.5), ref(x + 3.5)
+                worst = max(worst, float(np.max(np.abs(got - want) / np.abs(want))))
+    return worst
+"""
+
+
+@pytest.mark.parametrize("first", ["auto", "torch-cpu", "every"])
+def test_forked_pool_after_any_backend_computes_correctly(first):
+    if first == "torch-cpu" and not HAS_TORCH:
+        pytest.skip("needs torch")
+    used = "errors()" if first == "every" else (
+        f"with fastmath.backend({first!r}): fastmath.erf(x)")
+    out = _script(_EVERY_BACKEND + f"""
+{used}
+import multiprocessing as mp
+with mp.get_context("fork").Pool(2) as pool:
+    print(max(pool.map(errors, range(4))))
+""")
+    assert float(out) < 1e-13
+
+
+def test_fork_while_threads_compute_on_torch():
+    if not HAS_TORCH:
+        pytest.skip("needs torch")
+    out = _script("""
+    import os, threading, time, numpy as np, scipy.special, fastmath
+    x = np.linspace(-3, 3, 2_000_000)
+    want = scipy.special.erf(x)
+    stop = False
+    with fastmath.backend("torch-cpu"):
+        fastmath.erf(x)  # torch imported: forking while a thread imports is another matter
+
+    def busy():
+        with fastmath.backend("torch-cpu"):
+            while not stop:
+                fastmath.erf(x)
+    workers = [threading.Thread(target=busy) for _ in range(2)]
+    for w in workers:
+        w.start()
+    codes = []
+    for _ in range(4):
+        time.sleep(0.05)
+        pid = os.fork()
+        if pid == 0:
+            with fastmath.backend("torch-cpu"):
+                ok = np.allclose(fastmath.erf(x), want, rtol=1e-14, atol=0)
+            os._exit(0 if ok else 1)
+        deadline = time.time() + 40
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                codes.append(os.waitstatus_to_exitcode(status))
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            codes.append("hung")
+    stop = True
+    for w in workers:
+        w.join()
+    print(codes)
+    """)
+    assert out.strip() == "[0, 0, 0, 0]"
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_spawn_and_forkserver_children(method):
+    out = _script(_EVERY_BACKEND + f"""
+errors()
+import multiprocessing as mp
+if __name__ == "__main__":
+    with mp.get_context({method!r}).Pool(1) as pool:
+        print(pool.apply(np.sum, (x,)) == np.sum(x))
+""")
+    assert out.strip() == "True"
