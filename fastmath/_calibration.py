@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import warnings
 from pathlib import Path
 
@@ -42,6 +43,7 @@ LIBRARIES = ("numpy", "scipy", "torch", "numexpr")
 MARGIN = 0.10
 
 _table = None  # (name, dtype) -> Entry, built at first use
+_lock = threading.Lock()
 
 
 class Entry:
@@ -207,9 +209,11 @@ def table() -> dict:
     """(name, dtype) -> Entry: the defaults, overridden by this machine's file if usable."""
     global _table
     if _table is None:
-        t = _entries(json.loads(DEFAULTS_PATH.read_text()), "defaults")
-        t.update(_read_user(user_path()) or {})
-        _table = t
+        with _lock:  # threads' first calls at once: one read, one warning
+            if _table is None:
+                t = _entries(json.loads(DEFAULTS_PATH.read_text()), "defaults")
+                t.update(_read_user(user_path()) or {})
+                _table = t
     return _table
 
 

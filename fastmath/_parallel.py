@@ -217,13 +217,23 @@ def _reset() -> None:
         _jobs, _workers = None, 0
 
 
+_torch_forked = False
+
+
+def torch_forked() -> bool:
+    """Whether torch was loaded when this process, or an ancestor, was forked: torch must
+    then stay on one thread here."""
+    return _torch_forked
+
+
 def _after_fork_in_child() -> None:
-    global _jobs, _workers, _lock
+    global _jobs, _workers, _lock, _torch_forked
     _lock = threading.Lock()  # the parent may have held it while forking
     _jobs, _workers = None, 0  # the parent's threads are not in this process
     torch = sys.modules.get("torch")
     set_threads = getattr(torch, "set_num_threads", None)
     if set_threads is not None:
+        _torch_forked = True
         try:
             if torch.get_num_threads() > 1:
                 set_threads(1)

@@ -123,3 +123,57 @@ if __name__ == "__main__":
         print(pool.apply(np.sum, (x,)) == np.sum(x))
 """)
     assert out.strip() == "True"
+
+
+# --- first use from many threads at once -------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_first_calls_from_many_threads_at_once(backend, tmp_path):
+    bad = tmp_path / "calibration.json"
+    bad.write_text("{not json")
+    out = _script(f"""
+    import threading, time, warnings, numpy as np, scipy.special
+    import importlib
+    counts = {{"numexpr": 0, "torch": 0}}
+
+    def counting(name, key):
+        # the library's own setter, slowed down to widen any window for a second caller
+        try:
+            lib = importlib.import_module(name)  # loaded, not yet configured by fastmath
+        except ImportError:
+            return
+        real = lib.set_num_threads
+
+        def wrapper(n):
+            counts[key] += 1
+            time.sleep(0.2)
+            return real(n)
+        lib.set_num_threads = wrapper
+    counting("numexpr", "numexpr")
+    counting("torch", "torch")
+    import fastmath
+    x = np.linspace(0.1, 3, 1_000_000)
+    want = {{"exp": np.exp(x), "erf": scipy.special.erf(x)}}
+    barrier = threading.Barrier(8)
+    results = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        def first(name):
+            barrier.wait()
+            with fastmath.backend({backend!r}):
+                got = getattr(fastmath, name)(x)
+            results.append(bool(np.allclose(got, want[name], rtol=1e-14, atol=0)))
+        threads = [threading.Thread(target=first, args=("exp" if i % 2 else "erf",))
+                   for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    calibration = [w for w in caught if "calibration" in str(w.message)]
+    print(results.count(True), counts["numexpr"], counts["torch"], len(calibration))
+    """, env={"FASTMATH_CALIBRATION": str(bad), "FASTMATH_NUM_THREADS": "2"})
+    correct, numexpr_inits, torch_inits, warned = map(int, out.split())
+    assert correct == 8
+    assert numexpr_inits <= 1 and torch_inits <= 1
+    assert warned == (1 if backend == "auto" else 0)

@@ -14,6 +14,8 @@ derives NumPy's errors from the result.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .. import _config
@@ -24,19 +26,31 @@ _FUNCTIONS = ("exp", "log", "log1p", "expm1")  # registry names numexpr computes
 _ne = None
 
 
+_init = threading.Lock()
+
+
 def _import_numexpr():
     global _ne
     if _ne is None:
-        import numexpr
+        with _init:
+            if _ne is None:
+                import numexpr
 
-        _ne = numexpr
-        _set_threads()
+                # numexpr's set_num_threads restarts its pool, and hangs if another
+                # thread is evaluating meanwhile: kernels see the module only once set
+                _threads(numexpr)
+                _ne = numexpr
     return _ne
 
 
+def _threads(ne):
+    ne.set_num_threads(min(_config.get().num_threads, ne.MAX_THREADS))
+
+
 def _set_threads():
-    if _ne is not None:
-        _ne.set_num_threads(min(_config.get().num_threads, _ne.MAX_THREADS))
+    with _init:
+        if _ne is not None:
+            _threads(_ne)
 
 
 class NumexprBackend:

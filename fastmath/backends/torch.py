@@ -11,33 +11,43 @@ torch is imported the first time this backend is asked whether it is available.
 from __future__ import annotations
 
 import os
+import threading
 
 from .._numpy import np
 
 import warnings
 
-from .. import _config, _fpe
+from .. import _config, _fpe, _parallel
 from . import UNCHECKED, _stream
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _torch = None
 
 
+_init = threading.Lock()
+
+
 def _import_torch():
     global _torch
     if _torch is None:
-        # torch's OpenMP workers spin for a while after each parallel region; on a
-        # 2-core machine that spin took the cores from the numpy backend's threads and
-        # made the next threaded numpy call up to 1.6x slower. Passive waiting is set
-        # only if the user has not chosen, and only matters if torch is not loaded yet.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        import torch
-
-        n = _config.get().sources.get("FASTMATH_NUM_THREADS")
-        if n is not None:
-            torch.set_num_threads(_config.get().num_threads)
-        _torch = torch
+        with _init:  # many threads' first calls: one import, one configuration
+            if _torch is None:
+                _torch = _configured()
     return _torch
+
+
+def _configured():
+    # torch's OpenMP workers spin for a while after each parallel region; on a
+    # 2-core machine that spin took the cores from the numpy backend's threads and
+    # made the next threaded numpy call up to 1.6x slower. Passive waiting is set
+    # only if the user has not chosen, and only matters if torch is not loaded yet.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import torch
+
+    n = _config.get().sources.get("FASTMATH_NUM_THREADS")
+    if n is not None and not _parallel.torch_forked():
+        torch.set_num_threads(_config.get().num_threads)
+    return torch
 
 
 class _Shared:
