@@ -31,7 +31,7 @@ from . import _config
 MIN_CHUNK_BYTES = 1 << 16
 # Chunks per thread: with one core shared with another busy process, each chunk is
 # 1/(OVERSPLIT * threads) of the call, so the slowest thread finishes at most that late.
-OVERSPLIT = 8
+OVERSPLIT = 4
 
 _lock = threading.Lock()
 _jobs: queue.SimpleQueue | None = None

@@ -177,3 +177,60 @@ def test_first_calls_from_many_threads_at_once(backend, tmp_path):
     assert correct == 8
     assert numexpr_inits <= 1 and torch_inits <= 1
     assert warned == (1 if backend == "auto" else 0)
+
+
+# --- interrupts ------------------------------------------------------------------------
+
+def test_a_failing_task_cancels_the_tasks_not_started():
+    from fastmath import _parallel
+
+    if _parallel.threads() < 2:
+        pytest.skip("needs two threads")
+    import threading
+    import time
+
+    started, finished = [], []
+    lock = threading.Lock()
+
+    def task(i):
+        with lock:
+            started.append(i)
+        if i == 0:
+            raise ValueError("chunk 0 failed")
+        time.sleep(0.02)
+        with lock:
+            finished.append(i)
+
+    with pytest.raises(ValueError, match="chunk 0 failed"):
+        _parallel.run([lambda i=i: task(i) for i in range(40)])
+    seen = (list(started), list(finished))
+    time.sleep(0.2)
+    assert (started, finished) == seen  # nothing ran on after the error reached us
+    assert sorted(finished) == sorted(set(started) - {0})  # what started, finished
+    assert len(started) < 10  # and the rest never started
+
+
+def test_ctrl_c_stops_a_threaded_call_and_nothing_writes_after():
+    out = _script("""
+    import _thread, threading, time, numpy as np, fastmath
+    n = 20_000_000
+    x = np.linspace(0.1, 3, n)
+    o = np.zeros(n)
+
+    def interrupt_after_first_chunk():
+        while o[0] == 0:
+            time.sleep(0.0005)
+        _thread.interrupt_main()
+    threading.Thread(target=interrupt_after_first_chunk).start()
+    with fastmath.backend("numpy"):
+        try:
+            fastmath.exp(x, out=o)
+            print("finished")
+        except KeyboardInterrupt:
+            at = np.count_nonzero(o)
+            time.sleep(0.5)
+            after = np.count_nonzero(o)
+            ok = np.array_equal(fastmath.exp(x[:999_999]), np.exp(x[:999_999]))
+            print(at < n, after == at, ok)
+    """)
+    assert out.split() == ["True", "True", "True"]
