@@ -16,6 +16,8 @@ from . import _calibration, _config, _log, backends
 from ._config import BACKEND_NAMES
 
 _scoped: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend", default=None)
+# (token, rest): the tokens of this context's open ``with backend()`` blocks, innermost first
+_tokens: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend_tokens", default=())
 
 
 class _State:
@@ -159,32 +161,49 @@ class backend:
 
     def __init__(self, name: str):
         self.name = _check(name)
-        # One object may be entered from several threads or tasks at once, or nested:
-        # each context keeps its own stack of tokens to restore.
-        self._tokens = contextvars.ContextVar(f"fastmath_backend_tokens_{id(self)}",
-                                              default=())
 
     def __enter__(self):
-        self._tokens.set(self._tokens.get() + (_scoped.set(self.name),))
+        # One object may be entered from several threads or tasks at once, or nested:
+        # each context keeps its own stack of tokens, in one variable shared by every
+        # scope, which is back to () once they have all exited (nothing left behind).
+        _tokens.set((_scoped.set(self.name), _tokens.get()))
         return self
 
     def __exit__(self, *exc):
-        tokens = self._tokens.get()
-        self._tokens.set(tokens[:-1])
-        _scoped.reset(tokens[-1])
+        token, rest = _tokens.get()
+        _tokens.set(rest)
+        _scoped.reset(token)
         return False
 
     def __call__(self, fn):
+        name = self.name
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def gen_wrapper(*args, **kwargs):
-                return (yield from _scoped_steps(fn(*args, **kwargs), self.name))
+                return (yield from _scoped_steps(fn(*args, **kwargs), name))
             return gen_wrapper
+        if inspect.isasyncgenfunction(fn):
+            @functools.wraps(fn)
+            def agen_wrapper(*args, **kwargs):
+                return _scoped_async_steps(fn(*args, **kwargs), name)
+            return agen_wrapper
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args, **kwargs):
+                token = _scoped.set(name)  # the awaiting task's own context
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    _scoped.reset(token)
+            return async_wrapper
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with backend(self.name):
+            token = _scoped.set(name)
+            try:
                 return fn(*args, **kwargs)
+            finally:
+                _scoped.reset(token)
         return wrapper
 
     def __repr__(self):
@@ -217,6 +236,30 @@ def _scoped_steps(gen, name):
             raise
         except BaseException as exc:
             message, step = exc, gen.throw
+
+
+async def _scoped_async_steps(agen, name):
+    """:func:`_scoped_steps` for an async generator."""
+    message, step = None, agen.asend
+    while True:
+        token = _scoped.set(name)
+        try:
+            item = await step(message)
+        except StopAsyncIteration:
+            return
+        finally:
+            _scoped.reset(token)
+        try:
+            message, step = (yield item), agen.asend
+        except GeneratorExit:
+            token = _scoped.set(name)
+            try:
+                await agen.aclose()
+            finally:
+                _scoped.reset(token)
+            raise
+        except BaseException as exc:
+            message, step = exc, agen.athrow
 
 
 def _warn_once(key, message):

@@ -234,3 +234,63 @@ def test_ctrl_c_stops_a_threaded_call_and_nothing_writes_after():
             print(at < n, after == at, ok)
     """)
     assert out.split() == ["True", "True", "True"]
+
+
+# --- scopes ------------------------------------------------------------------------------
+
+def test_scopes_leave_nothing_behind():
+    import contextvars
+    import tracemalloc
+
+    @fastmath.backend("numpy")
+    def inner():
+        return fastmath.get_backend()
+
+    def scopes(n):
+        for _ in range(n):
+            with fastmath.backend("numpy"):
+                assert inner() == "numpy"
+    scopes(100)  # caches warmed
+    before = len(contextvars.copy_context())
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        scopes(20_000)
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert len(contextvars.copy_context()) == before
+    assert grown < 100_000  # bytes, for 40,000 scopes
+    assert fastmath.get_backend() == "auto"
+
+
+def test_decorator_applies_to_async_functions_and_generators():
+    import asyncio
+
+    @fastmath.backend("numpy")
+    async def coroutine(x):
+        await asyncio.sleep(0)
+        return fastmath.get_backend(), fastmath.exp(x)
+
+    @fastmath.backend("numpy")
+    async def agen():
+        for _ in range(3):
+            got = yield fastmath.get_backend()
+            await asyncio.sleep(0)
+            assert got == "sent"
+
+    async def main():
+        x = np.linspace(0, 1, 5)
+        seen, result = await coroutine(x)
+        assert seen == "numpy" and fastmath.get_backend() == "auto"
+        np.testing.assert_array_equal(result, np.exp(x))
+        gen, inside, outside = agen(), [], []
+        inside.append(await gen.asend(None))
+        for _ in range(2):
+            outside.append(fastmath.get_backend())  # the caller's own scope between steps
+            inside.append(await gen.asend("sent"))
+        await gen.aclose()
+        return inside, outside
+
+    inside, outside = asyncio.run(main())
+    assert inside == ["numpy"] * 3 and outside == ["auto"] * 2
