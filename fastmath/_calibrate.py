@@ -86,19 +86,49 @@ def calibrate(functions=_bench.FUNCTIONS, dtypes=DTYPES, sizes=SIZES, rounds=5, 
 
     from . import _config
 
+    path = Path(path) if path else _calibration.user_path()
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    _writable(path, tmp)  # minutes of measuring are not lost to a path that cannot be written
     backends = [b for b in fastmath.available_backends() if b != "auto"]
     progress = Progress(len(functions) * len(dtypes) * len(sizes), stream)
     table = measure(functions, dtypes, sizes, backends, rounds, progress)
     data = {"format": _calibration.FORMAT, "machine": _calibration.machine(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "rounds": rounds, "table": table}
-    path = Path(path) if path else _calibration.user_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    whole = _others(path)
+    whole["environments"][_calibration.environment()] = data
+    tmp.write_text(json.dumps(whole, indent=1) + "\n")
     os.replace(tmp, path)
     _config.reload()  # drop the cached table and plans
     return path, data
+
+
+def _writable(path, tmp):
+    """Raise OSError, saying what to do, unless a file can be written beside ``path``."""
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "it is a directory", str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "x"):
+            pass
+        tmp.unlink()
+    except OSError as e:
+        raise type(e)(e.errno, f"cannot write the calibration file {path} "
+                               f"({e.strerror or e}); choose another path with --output or "
+                               "FASTMATH_CALIBRATION") from e
+
+
+def _others(path):
+    """The file at ``path`` as a table of environments, keeping the others' measurements
+    (a file from before environments were kept, or an unusable one, starts afresh)."""
+    try:
+        old = _calibration.load(path)
+    except (OSError, ValueError):
+        old = None
+    if (isinstance(old, dict) and old.get("format") == _calibration.FORMAT
+            and isinstance(old.get("environments"), dict)):
+        return old
+    return {"format": _calibration.FORMAT, "environments": {}}
 
 
 def main(args) -> int:
@@ -113,7 +143,10 @@ def main(args) -> int:
     sizes = (tuple(sorted(int(float(s)) for s in args.sizes.split(","))) if args.sizes
              else QUICK_SIZES if args.quick else SIZES)
     rounds = min(args.rounds, 3) if args.quick else args.rounds
-    path, data = calibrate(functions, dtypes, sizes, rounds, args.output)
+    try:
+        path, data = calibrate(functions, dtypes, sizes, rounds, args.output)
+    except OSError as e:
+        raise SystemExit(f"fastmath calibrate: {e}") from None
     print(f"wrote {path}")
     for name in functions:
         for dtype in dtypes:

@@ -294,3 +294,97 @@ def test_decorator_applies_to_async_functions_and_generators():
 
     inside, outside = asyncio.run(main())
     assert inside == ["numpy"] * 3 and outside == ["auto"] * 2
+
+
+# --- hostile calibration files ---------------------------------------------------------
+
+def _hostile(kind, tmp_path):
+    path = tmp_path / "calibration.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        return "/dev/zero"
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "huge":
+        path.write_text('{"format": 1, "pad": "' + "x" * (9 << 20) + '"}')
+    else:
+        import json
+
+        from fastmath import _calibration
+
+        value = {"infinity": "Infinity", "nan": "NaN", "1e999": "1e999"}[kind]
+        times = {"reference": [1e-6, 1e-5], "numpy": [2e-6, 5e-6]}
+        text = json.dumps({"format": 1, "machine": _calibration.machine(),
+                           "table": {"exp": {"float64": {"sizes": [1000, 10000],
+                                                         "times": times}}}})
+        path.write_text(text.replace("5e-06", value))
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["infinity", "nan", "1e999", "fifo", "dev-zero", "directory",
+                                  "huge"])
+def test_hostile_calibration_file_gives_one_warning_and_the_defaults(kind, tmp_path):
+    if kind == "fifo" and not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    out = _script("""
+    import warnings, numpy as np, scipy.special
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import fastmath
+        ok = True
+        for n in (10, 5000, 10**6):
+            x = np.linspace(0.1, 2, n)
+            ok &= bool(np.allclose(fastmath.exp(x), np.exp(x), rtol=1e-15, atol=0))
+            ok &= bool(np.allclose(fastmath.erf(x), scipy.special.erf(x), rtol=1e-14, atol=0))
+        source = fastmath.explain("exp", np.ones(5000)).source
+    mine = [str(w.message) for w in caught if "calibration file" in str(w.message)]
+    print(ok, len(mine), source)
+    """, timeout=60, env={"FASTMATH_CALIBRATION": _hostile(kind, tmp_path)})
+    assert out.split() == ["True", "1", "defaults"]
+
+
+def test_environments_sharing_a_file_keep_their_own_tables(tmp_path, monkeypatch):
+    import json
+    import warnings
+
+    from fastmath import _calibrate, _calibration, _config
+
+    path = tmp_path / "calibration.json"
+    theirs = {"format": 1, "machine": dict(_calibration.machine(), versions={"numpy": "0.1"}),
+              "table": {"exp": {"float64": {"sizes": [1, 2], "times": {"reference": [1, 2]}}}}}
+    path.write_text(json.dumps({"format": 1, "environments": {"/another/venv": theirs}}))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("FASTMATH_CALIBRATION", str(path))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the other environment's table: no warning
+            _config.reload()
+            fastmath.exp(np.ones(10**5))
+            assert fastmath.explain("exp", np.ones(10**5)).source == "defaults"
+            _calibrate.calibrate(functions=("exp",), dtypes=("float64",), sizes=(64, 4096),
+                                 rounds=1, stream=__import__("io").StringIO())
+            assert fastmath.explain("exp", np.ones(10**5)).source == str(path)
+        kept = json.loads(path.read_text())["environments"]
+        assert kept["/another/venv"] == theirs and _calibration.environment() in kept
+    finally:
+        monkeypatch.undo()
+        _config.reload()
+
+
+def test_calibrate_to_an_unwritable_path_fails_before_measuring(tmp_path):
+    import io
+
+    from fastmath import _calibrate
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    stream = io.StringIO()
+    with pytest.raises(OSError, match="cannot write the calibration file.*--output"):
+        _calibrate.calibrate(path=blocker / "calibration.json", stream=stream)
+    assert stream.getvalue() == ""  # nothing was measured
+    r = subprocess.run([sys.executable, "-m", "fastmath", "calibrate", "--output",
+                        str(blocker / "calibration.json")], capture_output=True, text=True,
+                       timeout=HANG, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode != 0 and "cannot write the calibration file" in r.stderr
+    assert "Traceback" not in r.stderr and "calibrating" not in r.stderr
