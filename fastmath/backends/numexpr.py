@@ -78,7 +78,9 @@ class _Unary:
         self.expr = expr
 
     def __call__(self, x, out):
-        if x.dtype not in _FLOATS or not x.dtype.isnative or out.dtype != x.dtype:
+        # a zero stride (a broadcast input): numexpr would copy it whole; NumPy reads it
+        if (x.dtype not in _FLOATS or not x.dtype.isnative or out.dtype != x.dtype
+                or (0 in x.strides and x.size > 1)):
             return NotImplemented
         _ne.evaluate(self.expr, local_dict={"x": x}, out=out)
         return UNCHECKED

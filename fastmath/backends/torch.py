@@ -67,8 +67,17 @@ class _Shared:
 
 
 def takes(a) -> bool:
-    """Whether torch can view ``a``'s memory as it is: native order, no negative strides."""
-    return a.dtype.isnative and all(s >= 0 for s in a.strides)
+    """Whether torch can view ``a``'s memory as it is: native order, aligned, strides
+    that are whole non-negative numbers of elements (a packed structured field's are not)."""
+    size = a.itemsize
+    return (a.dtype.isnative and a.flags.aligned
+            and all(s >= 0 and s % size == 0 for s in a.strides))
+
+
+def _broadcast(a) -> bool:
+    """A zero stride: torch would run an elementwise function over every repeat, and the
+    front end would then check every element's flags; NumPy's loop reads it in place."""
+    return 0 in a.strides and a.size > 1
 
 
 def tensor(a):
@@ -198,7 +207,7 @@ class _Unary:
         self.fn = fn
 
     def __call__(self, x, out):
-        if x.dtype not in _FLOATS or not takes(x):
+        if x.dtype not in _FLOATS or not takes(x) or _broadcast(x):
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x), out=tensor(out))
