@@ -448,3 +448,44 @@ def test_broadcast_input_is_not_copied(backend):
     ok, extra_mb = out.split()
     assert ok == "True"
     assert int(extra_mb) < 8  # a copy of the input, or a mask over it, would be 20+ MB
+
+
+# --- what already held, and must keep holding -----------------------------------------
+
+def test_storm_of_threads_with_scopes_flips_and_patch():
+    out = _script(f"""
+    import random, threading, numpy as np, scipy.special, fastmath
+    BACKENDS = {[b for b in BACKENDS if b != "torch-cuda"]!r}
+    x = np.linspace(0.1, 3, 400_000)
+    want = {{"exp": np.exp(x), "erf": scipy.special.erf(x), "log1p": np.log1p(x)}}
+    np_exp = np.exp
+    bad, calls, lock = [], [0], threading.Lock()
+
+    def storm(seed):
+        rng = random.Random(seed)
+        for _ in range(40):
+            name = rng.choice(sorted(want))
+            action = rng.random()
+            if action < 0.1:
+                fastmath.set_backend(rng.choice(BACKENDS))
+                continue
+            if action < 0.2 and hasattr(fastmath, "patch"):
+                with fastmath.patch():
+                    got = np.exp(x)
+                name = "exp"
+            else:
+                with fastmath.backend(rng.choice(BACKENDS)):
+                    got = getattr(fastmath, name)(x)
+            with lock:
+                calls[0] += 1
+                if not np.allclose(got, want[name], rtol=1e-14, atol=0):
+                    bad.append(name)
+    threads = [threading.Thread(target=storm, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fastmath.set_backend("auto")
+    print(calls[0] > 400, bad, np.exp is np_exp)
+    """, timeout=240)
+    assert out.split() == ["True", "[]", "True"]
