@@ -5,7 +5,8 @@ there where the OS allows), then times, in interleaved rounds (medians), for eac
 dtype and size: the NumPy/SciPy reference, fastmath's default (auto), fastmath's numpy
 backend, and torch writing into a NumPy output with its own threads. The goal: with a
 busy core, auto is never slower than the reference at any size (ratio >= 1.00, within
-the noise shown as the spread of the rounds).
+the noise shown as the spread of the rounds). Each round keeps the best of three batches
+of a column, so a batch the scheduler cut into does not count as the call's cost.
 
 python bench/busy.py [--idle] [--sizes 1e4,1e5,1e6,1e7] [--functions exp,log,erf]
                      [--dtypes float64,float32] [--rounds 9]
@@ -47,18 +48,25 @@ def _torch_call(name):
     return call
 
 
-def _per_call(fn, x, target=0.01):
-    """Seconds per call of ``fn(x)``, over enough calls to fill ``target`` seconds."""
+def _per_call(fn, x, target=0.01, batches=3):
+    """Seconds per call of ``fn(x)``: the best of ``batches`` batches of enough calls to
+    fill ``target`` seconds (a batch the scheduler cut into is not the call's cost)."""
     fn(x)
-    reps, t = 1, 0.0
+    reps = 1
     while True:
         t0 = time.perf_counter()
         for _ in range(reps):
             fn(x)
         t = time.perf_counter() - t0
         if t >= target or reps >= 1 << 16:
-            return t / reps
+            break
         reps *= 2
+    for _ in range(batches - 1):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn(x)
+        t = min(t, time.perf_counter() - t0)
+    return t / reps
 
 
 def _backend(name, b):

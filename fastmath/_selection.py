@@ -7,6 +7,7 @@ path is a context-variable read and a dict lookup.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -210,6 +211,15 @@ class backend:
         return f"fastmath.backend({self.name!r})"
 
 
+@contextlib.contextmanager
+def _in_scope(name):
+    token = _scoped.set(name)
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
+
+
 def _scoped_steps(gen, name):
     """Run ``gen`` with backend ``name`` in force only while the generator itself runs.
 
@@ -218,21 +228,16 @@ def _scoped_steps(gen, name):
     """
     message, step = None, gen.send
     while True:
-        token = _scoped.set(name)
         try:
-            item = step(message)
+            with _in_scope(name):
+                item = step(message)
         except StopIteration as stop:
             return stop.value
-        finally:
-            _scoped.reset(token)
         try:
             message, step = (yield item), gen.send
         except GeneratorExit:
-            token = _scoped.set(name)
-            try:
+            with _in_scope(name):
                 gen.close()
-            finally:
-                _scoped.reset(token)
             raise
         except BaseException as exc:
             message, step = exc, gen.throw
@@ -242,21 +247,16 @@ async def _scoped_async_steps(agen, name):
     """:func:`_scoped_steps` for an async generator."""
     message, step = None, agen.asend
     while True:
-        token = _scoped.set(name)
         try:
-            item = await step(message)
+            with _in_scope(name):
+                item = await step(message)
         except StopAsyncIteration:
             return
-        finally:
-            _scoped.reset(token)
         try:
             message, step = (yield item), agen.asend
         except GeneratorExit:
-            token = _scoped.set(name)
-            try:
+            with _in_scope(name):
                 await agen.aclose()
-            finally:
-                _scoped.reset(token)
             raise
         except BaseException as exc:
             message, step = exc, agen.athrow
