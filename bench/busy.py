@@ -117,9 +117,10 @@ def row(name, dtype, n, rng, rounds):
     calls = {k: v for k, v in calls.items() if v is not None}
     times = {k: [] for k in calls}
     with np.errstate(all="ignore"):
-        for _ in range(rounds):  # interleaved: a noisy neighbour slows every column alike
-            for k, fn in calls.items():
-                times[k].append(_per_call(fn, x))
+        names = list(calls)
+        for r in range(rounds):  # interleaved: a noisy neighbour slows every column alike
+            for k in names[r % len(names):] + names[:r % len(names)]:  # no column always first
+                times[k].append(_per_call(calls[k], x))
     med = {k: float(np.median(v)) for k, v in times.items()}
     ratios = np.array(times["reference"]) / np.array(times["auto"])
     lo, hi = np.percentile(ratios, [25, 75])
