@@ -489,3 +489,21 @@ def test_storm_of_threads_with_scopes_flips_and_patch():
     print(calls[0] > 400, bad, np.exp is np_exp)
     """, timeout=240)
     assert out.split() == ["True", "[]", "True"]
+
+
+def test_killing_a_dask_worker_mid_compute():
+    pytest.importorskip("distributed")
+    out = _script("""
+    import os, signal, time, numpy as np, dask.array as da, fastmath
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        x = da.random.default_rng(0).uniform(0.1, 3, size=(8_000_000,), chunks=200_000)
+        want = np.exp(x.compute()).sum()
+        pids = list(client.run(os.getpid).values())
+        result = client.compute(fastmath.exp(x).sum())
+        time.sleep(0.3)
+        os.kill(pids[0], signal.SIGKILL)  # the scheduler reruns its tasks elsewhere
+        print(bool(np.isclose(result.result(timeout=60), want, rtol=1e-12, atol=0)))
+    """, timeout=150)
+    assert out.strip().splitlines()[-1] == "True"
