@@ -11,7 +11,6 @@ import datetime
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -87,33 +86,49 @@ def calibrate(functions=_bench.FUNCTIONS, dtypes=DTYPES, sizes=SIZES, rounds=5, 
 
     from . import _config
 
+    path = Path(path) if path else _calibration.user_path()
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    _writable(path, tmp)  # minutes of measuring are not lost to a path that cannot be written
     backends = [b for b in fastmath.available_backends() if b != "auto"]
     progress = Progress(len(functions) * len(dtypes) * len(sizes), stream)
     table = measure(functions, dtypes, sizes, backends, rounds, progress)
     data = {"format": _calibration.FORMAT, "machine": _calibration.machine(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "rounds": rounds, "table": table}
-    path = Path(path) if path else _calibration.user_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    whole = _others(path)
+    whole["environments"][_calibration.environment()] = data
+    tmp.write_text(json.dumps(whole, indent=1) + "\n")
     os.replace(tmp, path)
     _config.reload()  # drop the cached table and plans
     return path, data
 
 
-def _unwritable(path: Path):
-    """Why ``path`` cannot be written (None if it can): its folder is made, as calibrate
-    would make it, and a scratch file tried there."""
-    if path.is_dir():
-        return "it is a directory"
+def _writable(path, tmp):
+    """Raise OSError, saying what to do, unless a file can be written beside ``path``."""
     try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "it is a directory", str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path.parent):
+        with open(tmp, "x"):
             pass
+        tmp.unlink()
     except OSError as e:
-        return e.strerror or str(e)
-    return None
+        raise type(e)(e.errno, f"cannot write the calibration file {path} "
+                               f"({e.strerror or e}); choose another path with --output or "
+                               "FASTMATH_CALIBRATION") from e
+
+
+def _others(path):
+    """The file at ``path`` as a table of environments, keeping the others' measurements
+    (a file from before environments were kept, or an unusable one, starts afresh)."""
+    try:
+        old = _calibration.load(path)
+    except (OSError, ValueError):
+        old = None
+    if (isinstance(old, dict) and old.get("format") == _calibration.FORMAT
+            and isinstance(old.get("environments"), dict)):
+        return old
+    return {"format": _calibration.FORMAT, "environments": {}}
 
 
 def main(args) -> int:
@@ -123,11 +138,11 @@ def main(args) -> int:
     sizes = (_args.sizes(args.sizes) if args.sizes else QUICK_SIZES if args.quick else SIZES)
     rounds = min(args.rounds, 3) if args.quick else args.rounds
     path = Path(args.output) if args.output else _calibration.user_path()
-    problem = _unwritable(path)
-    if problem:  # found before minutes of measuring, not after
-        print(f"fastmath calibrate: error: cannot write {path}: {problem}", file=sys.stderr)
+    try:  # an unwritable destination is found before minutes of measuring, not after
+        path, data = calibrate(functions, dtypes, sizes, rounds, path)
+    except OSError as e:
+        print(f"fastmath calibrate: error: {e}", file=sys.stderr)
         return 2
-    path, data = calibrate(functions, dtypes, sizes, rounds, path)
     print(f"wrote {path}")
     for name in functions:
         for dtype in dtypes:

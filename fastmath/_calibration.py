@@ -20,20 +20,29 @@ measurement ``auto`` keeps host data on the CPU. Data already on a device is com
 there whatever the rows say (fastmath/_native.py).
 ``python -m fastmath calibrate`` measures this machine and writes the same format to
 FASTMATH_CALIBRATION or ``$XDG_CACHE_HOME/fastmath/calibration.json`` (``~/.cache``
-without XDG), with a key of CPU model, core count, threads and library versions. The file
-is read at the first call, not at import; one that is corrupt, malformed or keyed to
-another machine or other versions is ignored with one warning, and the defaults are used.
+without XDG), under this Python environment's key (sys.prefix), beside any other
+environments' tables, each recording the CPU model, core count, threads and library
+versions it was measured with. The file is read at the first call, not at import; one that
+is not a regular file, too large, corrupt, malformed (non-finite numbers included) or whose
+table for this environment was measured on another machine or with other versions is
+ignored with one warning, and the defaults are used. Other environments' tables are
+ignored silently.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import stat
+import sys
+import threading
 import warnings
 from pathlib import Path
 
 from . import _config
 
 FORMAT = 1
+MAX_BYTES = 8 << 20  # a full table is about 50 KB per environment
 DEFAULTS_PATH = Path(__file__).with_name("calibration-defaults.json")
 LIBRARIES = ("numpy", "scipy", "torch", "numexpr")
 # The leader at a grid size keeps its place unless another beats it by this much: closer
@@ -42,6 +51,7 @@ LIBRARIES = ("numpy", "scipy", "torch", "numexpr")
 MARGIN = 0.10
 
 _table = None  # (name, dtype) -> Entry, built at first use
+_lock = threading.Lock()
 
 
 class Entry:
@@ -71,8 +81,6 @@ class Entry:
 
 
 def _log(n):
-    import math
-
     return math.log(max(n, 1))
 
 
@@ -147,6 +155,37 @@ def user_path() -> Path:
     return Path(cache) / "fastmath" / "calibration.json"
 
 
+def environment() -> str:
+    """This Python environment's key in a calibration file: several virtual environments
+    (each with its own library versions) may share one file without fighting over it."""
+    return sys.prefix
+
+
+def load(path) -> dict:
+    """The parsed file at ``path``: only a regular file, at most MAX_BYTES, finite
+    numbers only. OSError or ValueError otherwise; never blocks (a FIFO, a device)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("it is not a regular file")
+        raw = f.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise ValueError(f"it is larger than {MAX_BYTES} bytes")
+    return json.loads(raw.decode("utf-8"), parse_constant=_not_finite)
+
+
+def _not_finite(word):
+    raise ValueError(f"it holds {word}, not a finite number")
+
+
+def _mine(data):
+    """The part of a parsed file measured in this environment: a file of several
+    environments holds one such part per key; None if none is this one's."""
+    if isinstance(data, dict) and isinstance(data.get("environments"), dict):
+        return data["environments"].get(environment())
+    return data
+
+
 def _entries(data, source):
     """(name, dtype) -> Entry from a parsed file; ValueError if it is malformed."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -159,12 +198,17 @@ def _entries(data, source):
                 continue
             sizes, times = cell["sizes"], cell["times"]
             if ("reference" not in times or not sizes or any(
-                    len(t) != len(sizes) or not all(isinstance(v, (int, float)) and v > 0
-                                                    for v in t) for t in times.values())
-                    or list(sizes) != sorted(sizes)):
+                    len(t) != len(sizes) or not all(_positive(v) for v in t)
+                    for t in times.values())
+                    or not all(_positive(n) for n in sizes) or list(sizes) != sorted(sizes)):
                 raise ValueError(f"the {name} {dtype} entry is malformed")
             out[name, dtype] = Entry(sizes, times, source)
     return out
+
+
+def _positive(v) -> bool:
+    # 1e999 parses as inf without ever spelling "Infinity"
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf
 
 
 def _rows(raw, name, dtype):
@@ -177,14 +221,16 @@ def _rows(raw, name, dtype):
 
 def _read_user(path: Path):
     """This machine's entries from ``path``, or None after one warning if unusable."""
-    if not path.exists():
+    try:
+        data = _mine(load(path))
+        if data is None:  # other environments' measurements only: not this one's business
+            return None
+        entries = _entries(data, str(path))
+    except FileNotFoundError:
         if _config.get().calibration:
             _warn(path, "it does not exist")
         return None
-    try:
-        data = json.loads(path.read_text())
-        entries = _entries(data, str(path))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError) as e:
         _warn(path, f"it cannot be read ({e})")
         return None
     here = machine()
@@ -203,13 +249,23 @@ def _warn(path, why):
                   "machine.", _config.ConfigWarning, stacklevel=_config.caller_stacklevel())
 
 
+def _defaults():
+    data = json.loads(DEFAULTS_PATH.read_text())
+    # written by `calibrate --output`: the one environment measured on the reference machine
+    if isinstance(data.get("environments"), dict) and len(data["environments"]) == 1:
+        data, = data["environments"].values()
+    return data
+
+
 def table() -> dict:
     """(name, dtype) -> Entry: the defaults, overridden by this machine's file if usable."""
     global _table
     if _table is None:
-        t = _entries(json.loads(DEFAULTS_PATH.read_text()), "defaults")
-        t.update(_read_user(user_path()) or {})
-        _table = t
+        with _lock:  # threads' first calls at once: one read, one warning
+            if _table is None:
+                t = _entries(_defaults(), "defaults")
+                t.update(_read_user(user_path()) or {})
+                _table = t
     return _table
 
 

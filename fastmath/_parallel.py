@@ -1,23 +1,44 @@
 """One persistent thread pool, shared by every CPU kernel that splits work into chunks.
 
 NumPy's and SciPy's ufunc loops release the GIL, so running one loop per chunk in threads
-uses every core while each chunk computes exactly what NumPy computes. The pool is created
-on first use, sized by FASTMATH_NUM_THREADS, and recreated after fork (a child process has
-no threads of its parent's pool).
+uses every core while each chunk computes exactly what NumPy computes.
+
+Chunks are handed out one at a time to whichever thread is free (the caller's own
+thread included), and there are several per thread: when another process holds one core,
+the thread that shares it simply takes fewer chunks, instead of the whole call waiting
+for its fixed share. A call that is interrupted (Ctrl-C, or any exception in the
+caller's thread or a chunk) starts no further chunk and returns only once the chunks
+already started have finished: nothing writes into an output after the exception has
+reached the caller, and the next call finds the pool free.
+
+Fork: the pool's threads do not exist in a child process, so the child starts a new pool
+on first use. torch's CPU kernels run on GNU OpenMP, whose thread team cannot be
+restarted in a child: a forked child that runs a parallel torch kernel waits forever for
+threads it does not have. The child therefore sets torch to one thread at once, whoever
+loaded torch (see docs/reliability.md).
 """
 from __future__ import annotations
 
 import contextvars
 import os
+import queue
+import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from . import _config
 
+# A chunk smaller than this costs more in handoff (a lock and a Python call, a few us)
+# than it can win back in balance.
+MIN_CHUNK_BYTES = 1 << 16
+# Chunks per thread: with one core shared with another busy process, each chunk is
+# 1/(OVERSPLIT * threads) of the call, so the slowest thread finishes at most that late.
+OVERSPLIT = 4
+
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_size = 0
+_jobs: queue.SimpleQueue | None = None
+_workers = 0
 _PREFIX = "fastmath-pool"
+_local = threading.local()
 
 
 # True while a task runs that is itself one part of a split computation (a block of
@@ -29,51 +50,127 @@ def threads() -> int:
     return 1 if serial.get() else _config.get().num_threads
 
 
-def _reset() -> None:
-    global _pool, _size
-    _pool, _size = None, 0
+class _Job:
+    """One call's tasks, claimed one at a time by the caller and the pool's threads."""
+
+    __slots__ = ("tasks", "results", "next", "running", "error", "lock", "done")
+
+    def __init__(self, tasks):
+        self.tasks = tasks
+        self.results = [None] * len(tasks)
+        self.next = 0
+        self.running = 0
+        self.error = None
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def claim(self):
+        """The index of a task to run now, or None when none is left to start."""
+        with self.lock:
+            tasks = self.tasks
+            if tasks is None or self.next >= len(tasks):
+                return None
+            i = self.next
+            self.next += 1
+            self.running += 1
+            return i
+
+    def finish(self, error=None):
+        with self.lock:
+            if error is not None:
+                if self.error is None:
+                    self.error = error
+                self._cancel()
+            self.running -= 1
+            if self.running == 0 and (self.tasks is None or self.next >= len(self.tasks)):
+                self.done.set()
+
+    def _cancel(self):
+        if self.tasks is not None:
+            self.next = len(self.tasks)
+
+    def cancel(self):
+        """Start no further task; True if none is running now."""
+        with self.lock:
+            self._cancel()
+            return self.running == 0
+
+    def idle(self):
+        with self.lock:
+            return self.running == 0
+
+    def work(self):
+        while (i := self.claim()) is not None:
+            try:
+                self.results[i] = self.tasks[i]()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                self.finish(e)
+            else:
+                self.finish()
 
 
-def _get_pool(workers: int) -> ThreadPoolExecutor:
-    """A pool with at least ``workers`` threads. It only grows: another caller may still
-    be submitting to the one it replaces, which is dropped, not shut down (its idle
-    threads exit once it is garbage collected)."""
-    global _pool, _size
+def _serve(jobs):
+    _local.worker = True
+    while (job := jobs.get()) is not None:
+        job.work()
+        del job  # hold no call's arrays while idle
+
+
+def _get_queue(workers: int) -> queue.SimpleQueue:
+    """The queue of a pool with at least ``workers`` threads (it only grows)."""
+    global _jobs, _workers
     with _lock:
-        if _pool is None or _size < workers:
-            _pool, _size = ThreadPoolExecutor(workers, thread_name_prefix=_PREFIX), workers
-        return _pool
+        if _jobs is None:
+            _jobs, _workers = queue.SimpleQueue(), 0
+        while _workers < workers:
+            threading.Thread(target=_serve, args=(_jobs,), daemon=True,
+                             name=f"{_PREFIX}-{_workers}").start()
+            _workers += 1
+        return _jobs
 
 
 def run(tasks):
-    """Run zero-argument callables concurrently, the last one in this thread.
+    """Run zero-argument callables concurrently, the caller's thread among the workers.
 
-    Returns their results in order. Every task finishes before this returns, even when
-    one raises: no chunk is still writing into an output the caller may reuse. Called from
-    a worker of the pool itself (a task that splits its own work, as fastmath.foreach's
-    do), the tasks run one after another there: waiting on the pool from inside it could
-    wait forever.
+    Returns their results in order. If a task raises, or the caller's thread is
+    interrupted (KeyboardInterrupt), no task that has not started yet starts, the ones
+    already running finish, and then the first exception is raised: no task is still
+    writing into an output when the caller sees it. Called from a worker of the pool
+    itself (a task that splits its own work, as fastmath.foreach's do), the tasks run one
+    after another there.
     """
-    if len(tasks) == 1 or threading.current_thread().name.startswith(_PREFIX):
+    tasks = list(tasks)
+    if len(tasks) < 2 or threads() < 2 or getattr(_local, "worker", False):
         return [t() for t in tasks]
-    pool = _get_pool(len(tasks) - 1)
-    futures = [pool.submit(t) for t in tasks[:-1]]
-    error = None
+    job = _Job(tasks)
     try:
-        last = tasks[-1]()
-    except BaseException as e:  # noqa: BLE001 - re-raised below, after the others finish
-        error, last = e, None
-    results = []
-    for f in futures:
+        helpers = min(threads(), len(tasks)) - 1
+        jobs = _get_queue(helpers)
+        for _ in range(helpers):
+            jobs.put(job)
+        job.work()
+        if not job.idle():  # every task is claimed: wait for the helpers' last ones
+            job.done.wait()
+    except BaseException:
+        _drain(job)
+        raise
+    finally:
+        job.tasks = None  # helpers that take the job late find nothing to do
+    if job.error is not None:
+        raise job.error
+    return job.results
+
+
+def _drain(job):
+    """Wait for the tasks already running; a second Ctrl-C does not cut this short
+    (each task is one chunk, milliseconds of work)."""
+    idle = job.cancel()
+    while not idle:
         try:
-            results.append(f.result())
-        except BaseException as e:  # noqa: BLE001
-            error = error or e
-            results.append(None)
-    if error is not None:
-        raise error
-    results.append(last)
-    return results
+            job.done.wait()
+            idle = True
+        except BaseException:  # noqa: BLE001 - the first interrupt is raised by run()
+            idle = job.cancel()
 
 
 def bounds(n: int, parts: int):
@@ -91,7 +188,9 @@ def split_axis(shape, strides) -> int:
 
 
 def chunk_views(arrays, parts: int):
-    """Cut arrays of one shape into ``parts`` matching chunks along the same axis.
+    """Cut arrays of one shape into matching chunks along the same axis, for ``parts``
+    threads: up to OVERSPLIT chunks per thread, none under MIN_CHUNK_BYTES (of the first
+    array), at least ``parts`` where there are that many rows.
 
     Contiguous arrays of the same memory order are cut as flat 1-D views (no copy); any
     other layout is cut along its outermost axis, which keeps every chunk a plain view.
@@ -99,19 +198,55 @@ def chunk_views(arrays, parts: int):
     first = arrays[0]
     if first.ndim == 0:
         return [tuple(arrays)]
+    wanted = max(parts, min(parts * OVERSPLIT, first.size * first.itemsize // MIN_CHUNK_BYTES))
     for order, flag in (("C", "C_CONTIGUOUS"), ("F", "F_CONTIGUOUS")):
         if all(a.flags[flag] for a in arrays):
             flat = [a.reshape(-1, order=order) for a in arrays]
-            return [tuple(f[i:j] for f in flat) for i, j in bounds(first.size, parts)]
+            return [tuple(f[i:j] for f in flat)
+                    for i, j in bounds(first.size, max(1, min(wanted, first.size)))]
     axis = split_axis(first.shape, first.strides)
     n = first.shape[axis]
     chunks = []
-    for i, j in bounds(n, min(parts, n)):
+    for i, j in bounds(n, max(1, min(wanted, n))):
         index = (slice(None),) * axis + (slice(i, j),)
         chunks.append(tuple(a[index] for a in arrays))
     return chunks
 
 
+def _reset() -> None:
+    """Drop the pool; its threads exit once they see the end marker."""
+    global _jobs, _workers
+    with _lock:
+        if _jobs is not None:
+            for _ in range(_workers):
+                _jobs.put(None)
+        _jobs, _workers = None, 0
+
+
+_torch_forked = False
+
+
+def torch_forked() -> bool:
+    """Whether torch was loaded when this process, or an ancestor, was forked: torch must
+    then stay on one thread here."""
+    return _torch_forked
+
+
+def _after_fork_in_child() -> None:
+    global _jobs, _workers, _lock, _torch_forked
+    _lock = threading.Lock()  # the parent may have held it while forking
+    _jobs, _workers = None, 0  # the parent's threads are not in this process
+    torch = sys.modules.get("torch")
+    set_threads = getattr(torch, "set_num_threads", None)
+    if set_threads is not None:
+        _torch_forked = True
+        try:
+            if torch.get_num_threads() > 1:
+                set_threads(1)
+        except Exception:  # noqa: BLE001 - a torch still being imported by the parent
+            pass
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 _config.on_reload(_reset)

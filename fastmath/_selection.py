@@ -7,6 +7,7 @@ path is a context-variable read and a dict lookup.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -16,6 +17,8 @@ from . import _calibration, _config, _log, backends
 from ._config import BACKEND_NAMES, canonical
 
 _scoped: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend", default=None)
+# (token, rest): the tokens of this context's open ``with backend()`` blocks, innermost first
+_tokens: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend_tokens", default=())
 
 
 class _State:
@@ -160,36 +163,62 @@ class backend:
 
     def __init__(self, name: str):
         self.name = _check(name)
-        # One object may be entered from several threads or tasks at once, or nested:
-        # each context keeps its own stack of tokens to restore.
-        self._tokens = contextvars.ContextVar(f"fastmath_backend_tokens_{id(self)}",
-                                              default=())
 
     def __enter__(self):
-        self._tokens.set(self._tokens.get() + (_scoped.set(self.name),))
+        # One object may be entered from several threads or tasks at once, or nested:
+        # each context keeps its own stack of tokens, in one variable shared by every
+        # scope, which is back to () once they have all exited (nothing left behind).
+        _tokens.set((_scoped.set(self.name), _tokens.get()))
         return self
 
     def __exit__(self, *exc):
-        tokens = self._tokens.get()
-        self._tokens.set(tokens[:-1])
-        _scoped.reset(tokens[-1])
+        token, rest = _tokens.get()
+        _tokens.set(rest)
+        _scoped.reset(token)
         return False
 
     def __call__(self, fn):
+        name = self.name
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def gen_wrapper(*args, **kwargs):
-                return (yield from _scoped_steps(fn(*args, **kwargs), self.name))
+                return (yield from _scoped_steps(fn(*args, **kwargs), name))
             return gen_wrapper
+        if inspect.isasyncgenfunction(fn):
+            @functools.wraps(fn)
+            def agen_wrapper(*args, **kwargs):
+                return _scoped_async_steps(fn(*args, **kwargs), name)
+            return agen_wrapper
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args, **kwargs):
+                token = _scoped.set(name)  # the awaiting task's own context
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    _scoped.reset(token)
+            return async_wrapper
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with backend(self.name):
+            token = _scoped.set(name)
+            try:
                 return fn(*args, **kwargs)
+            finally:
+                _scoped.reset(token)
         return wrapper
 
     def __repr__(self):
         return f"fastmath.backend({self.name!r})"
+
+
+@contextlib.contextmanager
+def _in_scope(name):
+    token = _scoped.set(name)
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
 
 
 def _scoped_steps(gen, name):
@@ -200,24 +229,38 @@ def _scoped_steps(gen, name):
     """
     message, step = None, gen.send
     while True:
-        token = _scoped.set(name)
         try:
-            item = step(message)
+            with _in_scope(name):
+                item = step(message)
         except StopIteration as stop:
             return stop.value
-        finally:
-            _scoped.reset(token)
         try:
             message, step = (yield item), gen.send
         except GeneratorExit:
-            token = _scoped.set(name)
-            try:
+            with _in_scope(name):
                 gen.close()
-            finally:
-                _scoped.reset(token)
             raise
         except BaseException as exc:
             message, step = exc, gen.throw
+
+
+async def _scoped_async_steps(agen, name):
+    """:func:`_scoped_steps` for an async generator."""
+    message, step = None, agen.asend
+    while True:
+        try:
+            with _in_scope(name):
+                item = await step(message)
+        except StopAsyncIteration:
+            return
+        try:
+            message, step = (yield item), agen.asend
+        except GeneratorExit:
+            with _in_scope(name):
+                await agen.aclose()
+            raise
+        except BaseException as exc:
+            message, step = exc, agen.athrow
 
 
 def _warn_once(key, message):

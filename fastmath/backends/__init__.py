@@ -25,6 +25,7 @@ Rules every backend keeps:
 from __future__ import annotations
 
 import importlib
+import threading
 
 HANDLED = None
 UNCHECKED = -1
@@ -40,6 +41,7 @@ _FACTORIES = {
 }
 NAMES = tuple(_FACTORIES)
 _instances: dict = {}
+_lock = threading.RLock()
 
 
 class Unavailable:
@@ -62,12 +64,15 @@ def get(name: str):
         return _instances[name]
     except KeyError:
         pass
-    if name not in _FACTORIES:
-        backend = Unavailable(name, "this version of fastmath does not have it yet")
-    else:
-        module, cls, kwargs = _FACTORIES[name]
-        backend = getattr(importlib.import_module(module), cls)(**kwargs)
-    _instances[name] = backend
+    with _lock:  # threads' first calls at once: one object per name
+        if name in _instances:
+            return _instances[name]
+        if name not in _FACTORIES:
+            backend = Unavailable(name, "this version of fastmath does not have it yet")
+        else:
+            module, cls, kwargs = _FACTORIES[name]
+            backend = getattr(importlib.import_module(module), cls)(**kwargs)
+        _instances[name] = backend
     return backend
 
 

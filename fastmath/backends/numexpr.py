@@ -14,6 +14,8 @@ derives NumPy's errors from the result.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .. import _config
@@ -23,19 +25,31 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ne = None
 
 
+_init = threading.Lock()
+
+
 def _import_numexpr():
     global _ne
     if _ne is None:
-        import numexpr
+        with _init:
+            if _ne is None:
+                import numexpr
 
-        _ne = numexpr
-        _set_threads()
+                # numexpr's set_num_threads restarts its pool, and hangs if another
+                # thread is evaluating meanwhile: kernels see the module only once set
+                _threads(numexpr)
+                _ne = numexpr
     return _ne
 
 
+def _threads(ne):
+    ne.set_num_threads(min(_config.get().num_threads, ne.MAX_THREADS))
+
+
 def _set_threads():
-    if _ne is not None:
-        _ne.set_num_threads(min(_config.get().num_threads, _ne.MAX_THREADS))
+    with _init:
+        if _ne is not None:
+            _threads(_ne)
 
 
 class NumexprBackend:
@@ -62,7 +76,9 @@ class _Unary:
         self.expr = expr
 
     def __call__(self, x, out):
-        if x.dtype not in _FLOATS or not x.dtype.isnative or out.dtype != x.dtype:
+        # a zero stride (a broadcast input): numexpr would copy it whole; NumPy reads it
+        if (x.dtype not in _FLOATS or not x.dtype.isnative or out.dtype != x.dtype
+                or (0 in x.strides and x.size > 1)):
             return NotImplemented
         _ne.evaluate(self.expr, local_dict={"x": x}, out=out)
         return UNCHECKED

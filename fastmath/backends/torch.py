@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 from .._numpy import np
 
 import warnings
 
-from .. import _config, _fpe, _log
+from .. import _config, _fpe, _log, _parallel
 from . import UNCHECKED, _stream
 from ._flags import flags_possible
 
@@ -26,27 +27,35 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _torch = None
 
 
+_init = threading.Lock()
+
+
 def _import_torch():
     global _torch
     if _torch is None:
-        # torch's OpenMP workers spin for a while after each parallel region; on a
-        # 2-core machine that spin took the cores from the numpy backend's threads and
-        # made the next threaded numpy call up to 1.6x slower. Passive waiting is set
-        # only if the user has not chosen, and only matters if torch is not loaded yet.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        fresh, t = "torch" not in sys.modules, time.perf_counter()
-        import torch
-
-        if fresh:  # the one slow first call: say why it was slow, and how to move it
-            _log.logger.info("imported torch %s in %.2f s for the first torch-backed call "
-                             "(fastmath.warmup() does this ahead of time)",
-                             torch.__version__, time.perf_counter() - t)
-
-        n = _config.get().sources.get("FASTMATH_NUM_THREADS")
-        if n is not None:
-            torch.set_num_threads(_config.get().num_threads)
-        _torch = torch
+        with _init:  # many threads' first calls: one import, one configuration
+            if _torch is None:
+                _torch = _configured()
     return _torch
+
+
+def _configured():
+    # torch's OpenMP workers spin for a while after each parallel region; on a
+    # 2-core machine that spin took the cores from the numpy backend's threads and
+    # made the next threaded numpy call up to 1.6x slower. Passive waiting is set
+    # only if the user has not chosen, and only matters if torch is not loaded yet.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    fresh, t = "torch" not in sys.modules, time.perf_counter()
+    import torch
+
+    if fresh:  # the one slow first call: say why it was slow, and how to move it
+        _log.logger.info("imported torch %s in %.2f s for the first torch-backed call "
+                         "(fastmath.warmup() does this ahead of time)",
+                         torch.__version__, time.perf_counter() - t)
+    n = _config.get().sources.get("FASTMATH_NUM_THREADS")
+    if n is not None and not _parallel.torch_forked():
+        torch.set_num_threads(_config.get().num_threads)
+    return torch
 
 
 class _Shared:
@@ -66,8 +75,17 @@ class _Shared:
 
 
 def takes(a) -> bool:
-    """Whether torch can view ``a``'s memory as it is: native order, no negative strides."""
-    return a.dtype.isnative and all(s >= 0 for s in a.strides)
+    """Whether torch can view ``a``'s memory as it is: native order, aligned, strides
+    that are whole non-negative numbers of elements (a packed structured field's are not)."""
+    size = a.itemsize
+    return (a.dtype.isnative and a.flags.aligned
+            and all(s >= 0 and s % size == 0 for s in a.strides))
+
+
+def _broadcast(a) -> bool:
+    """A zero stride: torch would run an elementwise function over every repeat, and the
+    front end would then check every element's flags; NumPy's loop reads it in place."""
+    return 0 in a.strides and a.size > 1
 
 
 def tensor(a):
@@ -197,7 +215,7 @@ class _Unary:
         self.fn, self.fpe = fn, fpe
 
     def __call__(self, x, out):
-        if x.dtype not in _FLOATS or not takes(x):
+        if x.dtype not in _FLOATS or not takes(x) or _broadcast(x):
             return NotImplemented
         with _torch.inference_mode():
             self.fn(tensor(x), out=tensor(out))
