@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from ._numpy import np
 
-from . import _log, _selection
+import operator
+
+from . import _chain, _config, _fpe, _pipeline, _selection
 from . import dask as _dask
 from ._registry import BY_NAME
 
@@ -44,6 +46,10 @@ def _normalize_axes(axis, ndim):
 def _valid_axes(axis, ndim):
     """``_normalize_axes``, or None where SciPy's own error should answer the call."""
     try:
+        if axis is not None and type(axis) is not tuple:
+            if isinstance(axis, (bool, np.bool_)):
+                return None  # SciPy: "an integer is required"
+            axis = operator.index(axis)  # a list is SciPy's TypeError, not a tuple
         return _normalize_axes(axis, ndim)
     except (TypeError, ValueError, np.exceptions.AxisError):
         return None
@@ -75,19 +81,24 @@ def _partial(xa, axes, xb, dtype, chain=None):
     """(M, m, s) of ``xa`` over ``axes`` from the first backend in line that takes it."""
     if chain is None:
         chain = _selection.plan(_SPEC, dtype.name, xa.size)
-    explicit = _selection.current()
-    for name, kernel in chain:
-        _selection.forbid_fallback(explicit, name, "logsumexp", dtype)
-        part = kernel(xa, axes, xb)
-        if part is not NotImplemented:
-            if _log.state.on:
-                _log.logger.debug("logsumexp(%s%s, axes=%s): ran on %s (selection %s)", dtype,
-                                  list(xa.shape), axes, name, explicit,
-                                  extra={"ran_on": name})
-            return part
-        _log.logger.debug("logsumexp(%s%s): %s declined it (chain: %s)", dtype,
-                          list(xa.shape), name, _log.chain_names(chain))
-    raise AssertionError("the numpy backend ends every chain and never declines")
+    return _chain.first(chain, lambda k: k(xa, axes, xb), "logsumexp", xa)
+
+
+def _allocatable(xa) -> None:
+    """NumPy's MemoryError, at once, for a broadcast input SciPy could not hold either
+    (its temporaries have the input's full size)."""
+    if xa.size * xa.itemsize >= 1 << 26 and not xa.flags.owndata:
+        np.empty(xa.shape, xa.dtype)
+
+
+def _subtract_overflows(xa, hi) -> bool:
+    """Whether SciPy's ``a - max(a)`` would report an overflow, which the kernels (they
+    ignore FP errors) cannot: only possible when the maximum ``hi`` is huge."""
+    if np.geterr()["over"] == "ignore" or not hi > np.finfo(xa.dtype).max * 2.0 ** -60:
+        return False
+    with np.errstate(all="ignore"):
+        lo = np.min(xa)
+        return bool(np.isfinite(hi) and np.isfinite(lo) and np.isinf(lo - hi))
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -165,8 +176,10 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     axes = _valid_axes(axis, xa.ndim)
     if axes is None:
         return reference()
-
+    _allocatable(xa)
     part = _partial(xa, axes, xb, dtype, chain)
+    if _subtract_overflows(xa, np.max(part[0])):
+        return reference()
     out, sgn = _finish(part, xa, xb, axes, return_sign)
     if not keepdims:
         out = np.squeeze(out, axis=axes)
@@ -187,39 +200,44 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 
 def _softmax_front(name):
     spec = BY_NAME[name]
-    cell = []
+    cell = [None, 0]  # the reference, auto's smallest accelerated size (0: not read yet)
 
-    def ref(*args, **kwargs):
-        if not cell:
-            cell.append(spec.reference())
-        return cell[0](*args, **kwargs)
+    def ref(x, axis):
+        if cell[0] is None:
+            cell[0] = spec.reference()
+        return cell[0](x, axis=axis)
 
     def front(x, axis=None):
+        if type(x) is np.ndarray and x.size < cell[1] and _selection.current() == "auto":
+            return cell[0](x, axis=axis)
         if type(x) not in _ARRAYS:
-            return ref(x, axis=axis)
+            if _dask.is_dask_array(x):
+                return _dask.softmax(front, x, axis)
+            return ref(x, axis)
         try:
             xa = np.asarray(x)
         except Exception:
-            return ref(x, axis=axis)
+            return ref(x, axis)
+        if not cell[1] and _selection.current() == "auto" and not _chain._log_state.on:
+            cell[0] = cell[0] or spec.reference()  # the fast path calls it directly
+            cell[1] = _selection.small_size(spec)
         if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
-            return ref(x, axis=axis)
+            return ref(x, axis)
         chain = _selection.plan(spec, xa.dtype.name, xa.size)
-        if not chain:
-            return ref(x, axis=axis)
         axes = _valid_axes(axis, xa.ndim)
-        if axes is None:
-            return ref(x, axis=axis)
-        out = np.empty_like(xa)
-        explicit = _selection.current()
-        for backend_name, kernel in chain:
-            _selection.forbid_fallback(explicit, backend_name, name, xa.dtype)
-            if kernel(xa, axes, out) is not NotImplemented:
-                break
-        from ._fpe import watched
-        if watched() and not np.isfinite(out).all():
-            return ref(x, axis=axis)
+        if not chain or axes is None:
+            return ref(x, axis)
+        out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
+        _chain.first(chain, lambda k: k(xa, axes, out), name, xa)
+        if _fpe.watched() and (not np.isfinite(out).all()
+                               or _subtract_overflows(xa, np.max(xa))):
+            return ref(x, axis)
         return out
 
+    def forget():
+        cell[1] = 0
+
+    _config.on_reload(forget)
     front.__name__ = front.__qualname__ = name
     front.__doc__ = (f"Same signature, dtypes and results as :func:`scipy.special.{name}` "
                      "(within the bound documented for each backend), computed by the "
