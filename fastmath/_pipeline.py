@@ -48,7 +48,8 @@ def call(f, xs, args, kwargs):
                               f._spec.ref.replace(":", "."), why)
         return call_reference(f, xs, args, kwargs)
 
-    if kwargs.keys() - _KEYWORDS or len(args) > 1 or (args and "out" in kwargs):
+    if kwargs.keys() - _KEYWORDS or len(args) > 1 or (args and (
+            "out" in kwargs or type(args[0]) is tuple)):
         return reference()  # numpy's own TypeError
     out = args[0] if args else kwargs.get("out")
     casting = kwargs.get("casting", "same_kind")
@@ -77,7 +78,7 @@ def call(f, xs, args, kwargs):
         return reference()
     if o is None:
         if mask is not None:
-            warn_where(f.reference)
+            warn_where()
         res = allocate(ins, shape, out_dt, order)
     else:
         res = o
@@ -241,7 +242,7 @@ def _where_outside(ref, ins, args, kwargs):
     out = args[0] if args else kwargs.pop("out", None)
     o = single_out(out)
     if o is None:
-        warn_where(ref)
+        warn_where()
         return ref(*ins, **kwargs)
     if not isinstance(o, np.ndarray):
         return ref(*ins, out=out, **kwargs)  # NumPy's own error for a bad out=
@@ -250,17 +251,20 @@ def _where_outside(ref, ins, args, kwargs):
     return o
 
 
-_where_warnings: dict = {}
+_where_warning: list = []
 
 
-def warn_where(ref):
-    """``ref``'s own warning for a ``where=`` mask without ``out=``, if it gives one."""
-    found = _where_warnings.get(ref)
-    if found is None:
+def warn_where():
+    """NumPy's warning for a ``where=`` mask without ``out=``, if this NumPy gives one.
+
+    It comes from NumPy's ufunc machinery before any loop runs, so it is the same for
+    every ufunc; it is asked of numpy.negative, never of a SciPy ufunc, which a mask
+    without ``out=`` can crash (scipy/scipy#25127).
+    """
+    if not _where_warning:
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            # float64 in, no out=: no casting loop, safe for SciPy's ufuncs too
-            ref(*(np.zeros(1),) * ref.nin, where=np.ones(1, bool))
-        found = _where_warnings[ref] = [(x.category, str(x.message)) for x in w]
-    for category, message in found:
+            np.negative(np.zeros(1), where=np.ones(1, bool))
+        _where_warning.append([(x.category, str(x.message)) for x in w])
+    for category, message in _where_warning[0]:
         warnings.warn(message, category, stacklevel=_fpe.user_stacklevel())
