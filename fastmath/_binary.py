@@ -17,7 +17,7 @@ _MISSING = object()
 class BinaryUfunc(Ufunc):
     """A NumPy-compatible two-argument ufunc that runs on the backend fastmath selects."""
 
-    def __call__(self, x1=_MISSING, x2=_MISSING, /, *args, **kwargs):
+    def _fast(self, x1=_MISSING, x2=_MISSING, /, *args, **kwargs):
         # The hot path: small operands under auto go straight to the reference.
         if (not args and not kwargs
                 and (x1.size if type(x1) is _ndarray else _ONE.get(type(x1), _BIG)) < self._small

@@ -8,6 +8,8 @@ NumPy's semantics for every arity.
 """
 from __future__ import annotations
 
+import functools
+
 from ._numpy import np
 
 from . import _chain, _config, _fpe, _log, _pipeline, _selection
@@ -48,7 +50,7 @@ class _Doc:
         return self.doc if obj is None else obj.reference.__doc__
 
 
-class Ufunc:
+class Ufunc(functools.partial):
     """A NumPy-compatible ufunc that runs on the backend fastmath selects.
 
     ``fastmath.exp``, ``fastmath.log``, ``fastmath.erf``, ... are instances, one per
@@ -75,6 +77,14 @@ class Ufunc:
     ...
     FloatingPointError: divide by zero encountered in log
     """
+
+    # An instance is called through functools.partial's C call slot, which hands it to
+    # ``_fast`` with the instance first: a class-level __call__ would cost a slot lookup
+    # and an argument tuple and dict on every call, several times NumPy's whole scalar call.
+    def __new__(cls, spec):
+        self = super().__new__(cls, cls._fast)
+        self.__setstate__((cls._fast, (self,), {}, None))
+        return self
 
     def __init__(self, spec):
         self._spec = spec
@@ -124,7 +134,7 @@ class Ufunc:
     def __reduce__(self):
         return (_lookup, (self.__name__,))
 
-    def __call__(self, x, /, *args, **kwargs):
+    def _fast(self, x, /, *args, **kwargs):
         # The hot path: one of the few things that runs on every call. The arguments are
         # numpy's (see __signature__); they are parsed only off this path.
         if not args and not kwargs and (
