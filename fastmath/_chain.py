@@ -22,18 +22,18 @@ _log_state = _log.state
 _logger = _log.logger
 
 
-def first(chain, call, function, x):
-    """``call(kernel)`` for the first kernel of ``chain`` that takes it; its result.
+def first(chain, args, function):
+    """``kernel(*args)`` for the first kernel of ``chain`` that takes it; its result.
 
-    ``function`` names the call in warnings and log lines; ``x`` (the first input)
-    describes it there.
+    ``function`` names the call in warnings and log lines; ``args[0]`` describes it there.
     """
+    x = args[0]
     explicit = _selection.current()
     last = len(chain) - 1
     for i, (name, kernel) in enumerate(chain):
         _selection.forbid_fallback(explicit, name, function, getattr(x, "dtype", None))
         try:
-            result = call(kernel)
+            result = kernel(*args)
         except FloatingPointError:
             raise  # NumPy's errstate 'raise', after the whole loop
         except Exception as e:
@@ -60,7 +60,7 @@ def run(chain, ins, out, function, derive=None):
     A kernel returns what is left to do about FP errors: ``HANDLED``, flags to report, or
     ``UNCHECKED``, when ``derive(ins, out)`` (if given) finds the flags from the result.
     """
-    status = first(chain, lambda k: k(*ins, out), function, ins[0])
+    status = first(chain, (*ins, out), function)
     if status is HANDLED:
         return
     if status == UNCHECKED:

@@ -37,7 +37,7 @@ class Function(Ufunc):
                 return self._ref(x)
         elif not self._small and _selection.current() == "auto" and not _chain._log_state.on:
             self._small = _selection.small_size(self._spec)
-        chain = _selection.plan(self._spec, x.dtype.name, x.size)
+        chain = _selection.plan(self._spec, _pipeline.dtype_name(x.dtype), x.size)
         if not chain or x.size == 0:
             return self._ref(x)
         res = _pipeline.allocate([x], x.shape, x.dtype, "K")

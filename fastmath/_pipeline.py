@@ -67,9 +67,10 @@ def call(f, xs, args, kwargs):
     if prepared is None:
         return reference()
     arrays, in_dts, out_dt, shape, size = prepared
-    chain = _selection.plan(f._spec, in_dts[0].name, size)
+    name = dtype_name(in_dts[0])
+    chain = _selection.plan(f._spec, name, size)
     if not chain or size == 0:
-        return reference(f"below auto's smallest size for {in_dts[0].name}, or empty")
+        return reference(f"below auto's smallest size for {name}, or empty")
     mask = where_mask(kwargs.get("where", True), shape)
     if mask is BAD:
         return reference()
@@ -87,6 +88,18 @@ def call(f, xs, args, kwargs):
     if o is None:  # out=None and out=(None,) alike
         return res[()] if res.ndim == 0 else res
     return o
+
+
+_names: dict = {}
+
+
+def dtype_name(dt) -> str:
+    """``dt.name``, which NumPy computes in Python on every access (several us)."""
+    try:
+        return _names[dt]
+    except KeyError:
+        name = _names[dt] = dt.name
+        return name
 
 
 def call_reference(f, xs, args, kwargs):

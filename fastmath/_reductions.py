@@ -80,8 +80,8 @@ def _finish(part, a, b, axes, return_sign, total=None):
 def _partial(xa, axes, xb, dtype, chain=None):
     """(M, m, s) of ``xa`` over ``axes`` from the first backend in line that takes it."""
     if chain is None:
-        chain = _selection.plan(_SPEC, dtype.name, xa.size)
-    return _chain.first(chain, lambda k: k(xa, axes, xb), "logsumexp", xa)
+        chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
+    return _chain.first(chain, (xa, axes, xb), "logsumexp")
 
 
 def _allocatable(xa) -> None:
@@ -162,7 +162,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         return reference()
     if xb is not None and xb.dtype.kind not in "biuf":
         return reference()
-    chain = _selection.plan(_SPEC, dtype.name, xa.size)
+    chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
     if not chain:
         return reference()
     xa = np.atleast_1d(xa).astype(dtype, copy=False)
@@ -223,12 +223,12 @@ def _softmax_front(name):
             cell[1] = _selection.small_size(spec)
         if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
             return ref(x, axis)
-        chain = _selection.plan(spec, xa.dtype.name, xa.size)
+        chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
         axes = _valid_axes(axis, xa.ndim)
         if not chain or axes is None:
             return ref(x, axis)
         out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
-        _chain.first(chain, lambda k: k(xa, axes, out), name, xa)
+        _chain.first(chain, (xa, axes, out), name)
         if _fpe.watched() and (not np.isfinite(out).all()
                                or _subtract_overflows(xa, np.max(xa))):
             return ref(x, axis)

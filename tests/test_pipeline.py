@@ -240,3 +240,62 @@ def test_softmax_of_a_dask_array(spec):
     assert isinstance(got, da.Array)
     np.testing.assert_allclose(got.compute(scheduler="sync"), spec.reference()(x, axis=1),
                                rtol=1e-12)
+
+
+class Broken(RuntimeError):
+    pass
+
+
+def failing(kernel):
+    """A real kernel behind one that writes garbage into its output and then raises: a
+    backend failing part-way."""
+    def call(*args):
+        if isinstance(args[-1], np.ndarray):
+            args[-1][...] = -99.0
+        raise Broken("simulated kernel failure")
+    return call
+
+
+def call_args(spec, n=3000):
+    x = np.linspace(0.1, 0.9, n) + (spec.name == "arccosh")  # inside every domain
+    if spec.kind == "binary":
+        return (x, x[::-1].copy()), {}
+    if spec.kind in ("softmax", "logsumexp"):
+        return (x.reshape(60, -1),), {"axis": 1}
+    return (x,), {}
+
+
+@pytest.mark.parametrize("spec", ROWS, ids=ids(ROWS))
+def test_a_failing_kernel_is_followed_by_the_next_with_one_warning(spec, monkeypatch):
+    from fastmath import _selection, backends
+
+    numpy_kernel = backends.get("numpy").kernel(spec)
+    monkeypatch.setattr(_selection, "plan", lambda *a: (("failing", failing(numpy_kernel)),
+                                                         ("numpy", numpy_kernel)))
+    monkeypatch.setattr(_selection, "_warned", set())
+    args, kwargs = call_args(spec)
+    with warnings.catch_warnings(record=True) as w, fastmath.backend("numpy"):
+        warnings.simplefilter("always")
+        got = getattr(fastmath, spec.name)(*args, **kwargs)
+    assert [str(x.message) for x in w if "'failing' failed" in str(x.message)] != []
+    assert len(w) == 1, [str(x.message) for x in w]
+    np.testing.assert_array_equal(got, spec.reference()(*args, **kwargs))
+
+
+@pytest.mark.parametrize("spec", ROWS, ids=ids(ROWS))
+def test_every_kind_logs_where_it_ran(spec, caplog):
+    import logging
+
+    from fastmath import _log
+
+    caplog.set_level(logging.DEBUG, logger="fastmath")
+    _log.refresh()
+    try:
+        args, kwargs = call_args(spec)
+        with fastmath.backend("numpy"):
+            getattr(fastmath, spec.name)(*args, **kwargs)
+        ran = [r for r in caplog.records if getattr(r, "ran_on", None) == "numpy"]
+        assert ran and ran[0].getMessage().startswith(f"{spec.name}(float64[")
+    finally:
+        caplog.set_level(logging.WARNING, logger="fastmath")
+        _log.refresh()
