@@ -101,6 +101,37 @@ def _subtract_overflows(xa, hi) -> bool:
         return bool(np.isfinite(hi) and np.isfinite(lo) and np.isinf(lo - hi))
 
 
+def _lse_operands(a, b, keepdims):
+    """(a, b, dtype, chain) as the kernels take them, or None where SciPy must answer."""
+    try:
+        xa = np.asarray(a)
+        xb = None if b is None else np.asarray(b)
+    except Exception:
+        return None
+    # Python scalars are weak in NumPy's promotion (NEP 50), as they are in SciPy's
+    weak = (float, int)
+    dtype = np.result_type(a if type(a) in weak else xa.dtype,
+                           *(() if xb is None else (b if type(b) in weak else xb.dtype,)))
+    if dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    if (dtype not in _FLOATS or xa.size == 0 or not isinstance(keepdims, bool)
+            or np.geterr()["under"] != "ignore"  # SciPy does not silence underflow
+            or (xb is not None and xb.dtype.kind not in "biuf")):
+        return None
+    chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
+    if not chain:
+        return None
+    xa = np.atleast_1d(xa).astype(dtype, copy=False)
+    if xb is not None:
+        xb = np.atleast_1d(xb).astype(dtype, copy=False)
+        try:
+            shape = np.broadcast_shapes(xa.shape, xb.shape)
+        except ValueError:
+            return None
+        xa, xb = np.broadcast_to(xa, shape), np.broadcast_to(xb, shape)
+    return xa, xb, dtype, chain
+
+
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """Compute the log of the sum of exponentials of input elements.
 
@@ -146,33 +177,10 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
             if lazy is not NotImplemented:
                 return lazy
         return reference()
-    try:
-        xa = np.asarray(a)
-        xb = None if b is None else np.asarray(b)
-    except Exception:
+    prepared = _lse_operands(a, b, keepdims)
+    if prepared is None:
         return reference()
-    # Python scalars are weak in NumPy's promotion (NEP 50), as they are in SciPy's
-    weak = (float, int)
-    dtype = np.result_type(a if type(a) in weak else xa.dtype,
-                           *(() if xb is None else (b if type(b) in weak else xb.dtype,)))
-    if dtype.kind in "biu":
-        dtype = np.dtype(np.float64)
-    if (dtype not in _FLOATS or xa.size == 0 or not isinstance(keepdims, bool)
-            or np.geterr()["under"] != "ignore"):  # SciPy does not silence underflow
-        return reference()
-    if xb is not None and xb.dtype.kind not in "biuf":
-        return reference()
-    chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
-    if not chain:
-        return reference()
-    xa = np.atleast_1d(xa).astype(dtype, copy=False)
-    if xb is not None:
-        xb = np.atleast_1d(xb).astype(dtype, copy=False)
-        try:
-            shape = np.broadcast_shapes(xa.shape, xb.shape)
-        except ValueError:
-            return reference()
-        xa, xb = np.broadcast_to(xa, shape), np.broadcast_to(xb, shape)
+    xa, xb, dtype, chain = prepared
     axes = _valid_axes(axis, xa.ndim)
     if axes is None:
         return reference()
