@@ -13,7 +13,7 @@ from ._numpy import np
 
 import operator
 
-from . import _chain, _config, _fpe, _pipeline, _selection
+from . import _chain, _fpe, _pipeline, _selection, _ufunc
 from . import dask as _dask
 from ._registry import BY_NAME
 
@@ -206,18 +206,28 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 # gets.
 
 
+class _Cache:
+    """A softmax front end's reference and ``auto``'s smallest accelerated size for it,
+    forgotten with the ufuncs' (configuration reloads, debug logging switched on)."""
+
+    def __init__(self, spec):
+        self.spec, self.ref, self._small = spec, None, 0
+        _ufunc._instances.append(self)
+
+    def reference(self, x, axis):
+        if self.ref is None:
+            self.ref = self.spec.reference()
+        return self.ref(x, axis=axis)
+
+
 def _softmax_front(name):
     spec = BY_NAME[name]
-    cell = [None, 0]  # the reference, auto's smallest accelerated size (0: not read yet)
-
-    def ref(x, axis):
-        if cell[0] is None:
-            cell[0] = spec.reference()
-        return cell[0](x, axis=axis)
+    cache = _Cache(spec)
+    ref = cache.reference
 
     def front(x, axis=None):
-        if type(x) is np.ndarray and x.size < cell[1] and _selection.current() == "auto":
-            return cell[0](x, axis=axis)
+        if type(x) is np.ndarray and x.size < cache._small and _selection.current() == "auto":
+            return cache.ref(x, axis=axis)
         if type(x) not in _ARRAYS:
             if _dask.is_dask_array(x):
                 return _dask.softmax(front, x, axis)
@@ -226,9 +236,9 @@ def _softmax_front(name):
             xa = np.asarray(x)
         except Exception:
             return ref(x, axis)
-        if not cell[1] and _selection.current() == "auto" and not _chain._log_state.on:
-            cell[0] = cell[0] or spec.reference()  # the fast path calls it directly
-            cell[1] = _selection.small_size(spec)
+        if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
+            cache.ref = cache.ref or spec.reference()  # the fast path calls it directly
+            cache._small = _selection.small_size(spec)
         if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
             return ref(x, axis)
         chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
@@ -242,10 +252,6 @@ def _softmax_front(name):
             return ref(x, axis)
         return out
 
-    def forget():
-        cell[1] = 0
-
-    _config.on_reload(forget)
     front.__name__ = front.__qualname__ = name
     front.__doc__ = (f"Same signature, dtypes and results as :func:`scipy.special.{name}` "
                      "(within the bound documented for each backend), computed by the "
