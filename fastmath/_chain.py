@@ -31,7 +31,8 @@ def first(chain, args, function):
     explicit = _selection.current()
     last = len(chain) - 1
     for i, (name, kernel) in enumerate(chain):
-        _selection.forbid_fallback(explicit, name, function, getattr(x, "dtype", None))
+        if name != explicit and explicit != "auto":
+            _selection.forbid_fallback(explicit, name, function, getattr(x, "dtype", None))
         try:
             result = kernel(*args)
         except FloatingPointError:

@@ -48,7 +48,7 @@ def call(f, xs, args, kwargs):
                               f._spec.ref.replace(":", "."), why)
         return call_reference(f, xs, args, kwargs)
 
-    if kwargs.keys() - _KEYWORDS or len(args) > 1 or (args and (
+    if (kwargs and kwargs.keys() - _KEYWORDS) or len(args) > 1 or (args and (
             "out" in kwargs or type(args[0]) is tuple)):
         return reference()  # numpy's own TypeError
     out = args[0] if args else kwargs.get("out")

@@ -145,10 +145,11 @@ class Ufunc(functools.partial):
         return self._call((x,), args, kwargs)
 
     def _call(self, xs, args, kwargs):
-        if not self._small and _current() == "auto" and not _log_state.on:
-            self._small = _selection.small_size(self._spec)
-        if not args and not kwargs and _short(xs, self._small) and _current() == "auto":
-            return self._ref(*xs)
+        if _current() == "auto":
+            if not self._small and not _log_state.on:
+                self._small = _selection.small_size(self._spec)
+            if not args and not kwargs and _short(xs, self._small):
+                return self._ref(*xs)
         return _pipeline.call(self, xs, args, kwargs)
 
     def _resolve(self, types, dtype):
