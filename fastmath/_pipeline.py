@@ -189,7 +189,13 @@ def _cast(arrays, in_dts, o):
 
 def allocate(ins, shape, dtype, order):
     """A fresh result laid out as NumPy's ufuncs lay it out."""
-    if order == "C" or all(a.flags.c_contiguous and a.shape == shape for a in ins):
+    contiguous = order == "C"
+    if not contiguous:
+        for a in ins:  # a loop, not all(...): this runs on every call
+            contiguous = a.flags.c_contiguous and a.shape == shape
+            if not contiguous:
+                break
+    if contiguous:
         return np.empty(shape, dtype)
     if order == "F":
         return np.empty(shape, dtype, order="F")
