@@ -2,7 +2,9 @@
 
 A chain is the tuple of ``(backend name, kernel)`` pairs ``_selection.plan`` returns, the
 numpy backend last. Every front end (ufuncs of one or two arguments, elementwise
-functions, logsumexp, softmax) and the list functions run it here, so they agree on:
+functions, logsumexp, softmax, and the Dask tasks through them) runs it here, and the list
+functions can (``run`` is a plain function of the chain, inputs and output), so they agree
+on:
 
 - a kernel returning ``NotImplemented`` declines the call before writing anything: the
   next one takes it, quietly (a debug log line says so);
