@@ -76,6 +76,11 @@ def empty_like(a, dtype=None, order="K"):
     >>> out.shape, out.dtype, out.flags.owndata
     ((2, 3), dtype('float32'), True)
     """
-    if _tuned is None and a.size * np.dtype(dtype or a.dtype).itemsize >= LARGE:
-        tune()
+    expect(a.size * np.dtype(dtype or a.dtype).itemsize)
     return np.empty_like(a, dtype=dtype, order=order)
+
+
+def expect(nbytes) -> None:
+    """Say that an output of ``nbytes`` is about to be allocated (tunes glibc once)."""
+    if _tuned is None and nbytes >= LARGE:
+        tune()

@@ -26,10 +26,11 @@ def resident(x) -> bool:
         return False
 
 
-def call(spec, x):
-    """``spec``'s function of device-resident ``x``, or NotImplemented."""
-    if not resident(x):
+def call(spec, xs):
+    """``spec``'s function of device-resident operands ``xs``, or NotImplemented."""
+    if len(xs) != 1 or not resident(xs[0]):  # one operand only, for now
         return NotImplemented
+    x = xs[0]
     from .backends import torch as backend
 
     if backend.TorchBackend("cpu").why_unavailable() is not None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from ._numpy import np
 
-from . import _log, _selection
+import operator
+
+from . import _chain, _fpe, _pipeline, _selection, _ufunc
 from . import dask as _dask
 from ._registry import BY_NAME
 from .backends.numpy import lse_finite
@@ -45,6 +47,10 @@ def _normalize_axes(axis, ndim):
 def _valid_axes(axis, ndim):
     """``_normalize_axes``, or None where SciPy's own error should answer the call."""
     try:
+        if axis is not None and type(axis) is not tuple:
+            if isinstance(axis, (bool, np.bool_)):
+                return None  # SciPy: "an integer is required"
+            axis = operator.index(axis)  # a list is SciPy's TypeError, not a tuple
         return _normalize_axes(axis, ndim)
     except (TypeError, ValueError, np.exceptions.AxisError):
         return None
@@ -75,20 +81,56 @@ def _finish(part, a, b, axes, return_sign, total=None):
 def _partial(xa, axes, xb, dtype, chain=None):
     """(M, m, s) of ``xa`` over ``axes`` from the first backend in line that takes it."""
     if chain is None:
-        chain = _selection.plan(_SPEC, dtype.name, xa.size)
-    explicit = _selection.current()
-    for name, kernel in chain:
-        _selection.forbid_fallback(explicit, name, "logsumexp", dtype)
-        part = kernel(xa, axes, xb)
-        if part is not NotImplemented:
-            if _log.state.on:
-                _log.logger.debug("logsumexp(%s%s, axes=%s): ran on %s (selection %s)", dtype,
-                                  list(xa.shape), axes, name, explicit,
-                                  extra={"ran_on": name})
-            return part
-        _log.logger.debug("logsumexp(%s%s): %s declined it (chain: %s)", dtype,
-                          list(xa.shape), name, _log.chain_names(chain))
-    raise AssertionError("the numpy backend ends every chain and never declines")
+        chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
+    return _chain.first(chain, (xa, axes, xb), "logsumexp")
+
+
+def _allocatable(xa) -> None:
+    """NumPy's MemoryError, at once, for a broadcast input SciPy could not hold either
+    (its temporaries have the input's full size)."""
+    if xa.size * xa.itemsize >= 1 << 26 and not xa.flags.owndata:
+        np.empty(xa.shape, xa.dtype)
+
+
+def _subtract_overflows(xa, hi) -> bool:
+    """Whether SciPy's ``a - max(a)`` would report an overflow, which the kernels (they
+    ignore FP errors) cannot: only possible when the maximum ``hi`` is huge."""
+    if np.geterr()["over"] == "ignore" or not hi > np.finfo(xa.dtype).max * 2.0 ** -60:
+        return False
+    with np.errstate(all="ignore"):
+        lo = np.min(xa)
+        return bool(np.isfinite(hi) and np.isfinite(lo) and np.isinf(lo - hi))
+
+
+def _lse_operands(a, b, keepdims):
+    """(a, b, dtype, chain) as the kernels take them, or None where SciPy must answer."""
+    try:
+        xa = np.asarray(a)
+        xb = None if b is None else np.asarray(b)
+    except Exception:
+        return None
+    # Python scalars are weak in NumPy's promotion (NEP 50), as they are in SciPy's
+    weak = (float, int)
+    dtype = np.result_type(a if type(a) in weak else xa.dtype,
+                           *(() if xb is None else (b if type(b) in weak else xb.dtype,)))
+    if dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    if (dtype not in _FLOATS or xa.size == 0 or not isinstance(keepdims, bool)
+            or np.geterr()["under"] != "ignore"  # SciPy does not silence underflow
+            or (xb is not None and xb.dtype.kind not in "biuf")):
+        return None
+    chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
+    if not chain:
+        return None
+    xa = np.atleast_1d(xa).astype(dtype, copy=False)
+    if xb is not None:
+        xb = np.atleast_1d(xb).astype(dtype, copy=False)
+        try:
+            shape = np.broadcast_shapes(xa.shape, xb.shape)
+        except ValueError:
+            return None
+        xa, xb = np.broadcast_to(xa, shape), np.broadcast_to(xb, shape)
+    return xa, xb, dtype, chain
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -126,7 +168,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     (np.float64(1.5413248546129181), np.float64(-1.0))
     """
     if (b is None and not return_sign and type(a) is np.ndarray and a.dtype in _FLOATS
-            and type(keepdims) is bool and _selection.current() in ("auto", "numpy")
+            and type(keepdims) is bool and _selection.current() == "auto"
             and np.geterr()["under"] == "ignore"):
         out = lse_finite(a, axis, keepdims)  # None unless SciPy's edge cases cannot arise
         if out is not None:
@@ -142,38 +184,17 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
             if lazy is not NotImplemented:
                 return lazy
         return reference()
-    try:
-        xa = np.asarray(a)
-        xb = None if b is None else np.asarray(b)
-    except Exception:
+    prepared = _lse_operands(a, b, keepdims)
+    if prepared is None:
         return reference()
-    # Python scalars are weak in NumPy's promotion (NEP 50), as they are in SciPy's
-    weak = (float, int)
-    dtype = np.result_type(a if type(a) in weak else xa.dtype,
-                           *(() if xb is None else (b if type(b) in weak else xb.dtype,)))
-    if dtype.kind in "biu":
-        dtype = np.dtype(np.float64)
-    if (dtype not in _FLOATS or xa.size == 0 or not isinstance(keepdims, bool)
-            or np.geterr()["under"] != "ignore"):  # SciPy does not silence underflow
-        return reference()
-    if xb is not None and xb.dtype.kind not in "biuf":
-        return reference()
-    chain = _selection.plan(_SPEC, dtype.name, xa.size)
-    if not chain:
-        return reference()
-    xa = np.atleast_1d(xa).astype(dtype, copy=False)
-    if xb is not None:
-        xb = np.atleast_1d(xb).astype(dtype, copy=False)
-        try:
-            shape = np.broadcast_shapes(xa.shape, xb.shape)
-        except ValueError:
-            return reference()
-        xa, xb = np.broadcast_to(xa, shape), np.broadcast_to(xb, shape)
+    xa, xb, dtype, chain = prepared
     axes = _valid_axes(axis, xa.ndim)
     if axes is None:
         return reference()
-
+    _allocatable(xa)
     part = _partial(xa, axes, xb, dtype, chain)
+    if _subtract_overflows(xa, np.max(part[0])):
+        return reference()
     out, sgn = _finish(part, xa, xb, axes, return_sign)
     if not keepdims:
         out = np.squeeze(out, axis=axes)
@@ -192,39 +213,50 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 # gets.
 
 
+class _Cache:
+    """A softmax front end's reference and ``auto``'s smallest accelerated size for it,
+    forgotten with the ufuncs' (configuration reloads, debug logging switched on)."""
+
+    def __init__(self, spec):
+        self.spec, self.ref, self._small = spec, None, 0
+        _ufunc._instances.append(self)
+
+    def reference(self, x, axis):
+        if self.ref is None:
+            self.ref = self.spec.reference()
+        return self.ref(x, axis=axis)
+
+
 def _softmax_front(name):
     spec = BY_NAME[name]
-    cell = []
-
-    def ref(*args, **kwargs):
-        if not cell:
-            cell.append(spec.reference())
-        return cell[0](*args, **kwargs)
+    cache = _Cache(spec)
+    ref = cache.reference
 
     def front(x, axis=None):
+        if type(x) is np.ndarray and x.size < cache._small and _selection.current() == "auto":
+            return cache.ref(x, axis=axis)
         if type(x) not in _ARRAYS:
-            return ref(x, axis=axis)
+            if _dask.is_dask_array(x):
+                return _dask.softmax(front, x, axis)
+            return ref(x, axis)
         try:
             xa = np.asarray(x)
         except Exception:
-            return ref(x, axis=axis)
+            return ref(x, axis)
+        if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
+            cache.ref = cache.ref or spec.reference()  # the fast path calls it directly
+            cache._small = _selection.small_size(spec)
         if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
-            return ref(x, axis=axis)
-        chain = _selection.plan(spec, xa.dtype.name, xa.size)
-        if not chain:
-            return ref(x, axis=axis)
+            return ref(x, axis)
+        chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
         axes = _valid_axes(axis, xa.ndim)
-        if axes is None:
-            return ref(x, axis=axis)
-        out = np.empty_like(xa)
-        explicit = _selection.current()
-        for backend_name, kernel in chain:
-            _selection.forbid_fallback(explicit, backend_name, name, xa.dtype)
-            if kernel(xa, axes, out) is not NotImplemented:
-                break
-        from ._fpe import watched
-        if watched() and not np.isfinite(out).all():
-            return ref(x, axis=axis)
+        if not chain or axes is None:
+            return ref(x, axis)
+        out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
+        _chain.first(chain, (xa, axes, out), name)
+        if _fpe.watched() and (not np.isfinite(out).all()
+                               or _subtract_overflows(xa, np.max(xa))):
+            return ref(x, axis)
         return out
 
     front.__name__ = front.__qualname__ = name

@@ -1,39 +1,43 @@
-"""The ufunc front end: NumPy's semantics for unary functions live here and only here.
+"""The ufunc object: what ``fastmath.exp``, ``fastmath.erf``, ... are, and their fast path.
 
-A call is handled in this order:
-
-1. ``auto`` with a small plain ndarray and no options: the reference ufunc is called
-   directly (the whole overhead is one attribute check and a context-variable read).
-2. Anything fastmath does not accelerate (subclasses, objects with ``__array_ufunc__``,
-   object/string/longdouble dtypes, casting and ``out=`` corner cases, ``signature=``)
-   is passed unchanged to the reference, so the user gets NumPy's own result or error.
-3. Otherwise the front end does NumPy's work once: converts the input, resolves dtypes
-   with the reference's own type resolution, casts, allocates the output with NumPy
-   (or takes ``out=``), applies ``where=`` by computing only the selected elements, runs
-   the first backend kernel that accepts the call, reports floating-point errors the way
-   NumPy would, and returns a NumPy scalar for scalar input.
+A call with no options whose operands are small (NumPy and Python scalars, 0-d arrays,
+arrays and short lists below ``auto``'s smallest accelerated size) is the reference's at
+once under ``auto``: the whole overhead is a type check, a size and a context-variable
+read. Every other call goes through the one pipeline in ``_pipeline.py``, which holds
+NumPy's semantics for every arity.
 """
 from __future__ import annotations
 
-import warnings
+import functools
 
 from ._numpy import np
 
-from . import _config, _fpe, _log, _native, _selection
-from . import dask as _dask
-from .backends import HANDLED, UNCHECKED
+from . import _chain, _config, _fpe, _log, _pipeline, _selection
 
 _ndarray = np.ndarray
 _current = _selection.current
 _scoped_get = _selection._scoped.get
 _state = _selection.state
 _log_state = _log.state
-_logger = _log.logger
-_KEYWORDS = frozenset(("out", "where", "casting", "order", "dtype", "subok", "signature"))
-_SCALARS = (float, int, bool, complex, list, tuple)
-_ORDERS = ("K", "A", "C", "F")
-_NUMERIC = "biufc"
 _instances: list = []
+_BIG = 1 << 62
+# types whose value is one element: sized without a call on the fast path
+_ONE = dict.fromkeys((float, int, complex, bool, *{np.dtype(c).type for c in "?bhilqBHILQefdgFDG"}), 1)
+
+
+def _short(xs, small) -> bool:
+    """Whether every operand is a scalar, 0-d or small array, or a short flat list."""
+    for x in xs:
+        tx = type(x)
+        if tx is _ndarray:
+            n = x.size
+        elif tx is list:
+            n = len(x) if not x or type(x[0]) in _ONE else _BIG
+        else:
+            n = _ONE.get(tx, _BIG)
+        if n >= small:
+            return False
+    return True
 
 
 class _Doc:
@@ -46,7 +50,7 @@ class _Doc:
         return self.doc if obj is None else obj.reference.__doc__
 
 
-class Ufunc:
+class Ufunc(functools.partial):
     """A NumPy-compatible ufunc that runs on the backend fastmath selects.
 
     ``fastmath.exp``, ``fastmath.log``, ``fastmath.erf``, ... are instances, one per
@@ -73,6 +77,14 @@ class Ufunc:
     ...
     FloatingPointError: divide by zero encountered in log
     """
+
+    # An instance is called through functools.partial's C call slot, which hands it to
+    # ``_fast`` with the instance first: a class-level __call__ would cost a slot lookup
+    # and an argument tuple and dict on every call, several times NumPy's whole scalar call.
+    def __new__(cls, spec):
+        self = super().__new__(cls, cls._fast)
+        self.__setstate__((cls._fast, (self,), {}, None))
+        return self
 
     def __init__(self, spec):
         self._spec = spec
@@ -122,214 +134,41 @@ class Ufunc:
     def __reduce__(self):
         return (_lookup, (self.__name__,))
 
-    def __call__(self, x, /, *args, **kwargs):
+    def _fast(self, x, /, *args, **kwargs):
         # The hot path: one of the few things that runs on every call. The arguments are
         # numpy's (see __signature__); they are parsed only off this path.
-        if not args and not kwargs and type(x) is _ndarray and x.size < self._small:
+        if not args and not kwargs and (
+                x.size if type(x) is _ndarray else _ONE.get(type(x), _BIG)) < self._small:
             scoped = _scoped_get()
             if (_state.default if scoped is None else scoped) == "auto":
                 return self._ref(x)
-        return self._call(x, args, kwargs)
+        return self._call((x,), args, kwargs)
 
-    def _resolve(self, in_dtype, dtype):
-        key = (in_dtype, dtype)
+    def _call(self, xs, args, kwargs):
+        if _current() == "auto":
+            if not self._small and not _log_state.on:
+                self._small = _selection.small_size(self._spec)
+            if not args and not kwargs and _short(xs, self._small):
+                return self._ref(*xs)
+        return _pipeline.call(self, xs, args, kwargs)
+
+    def _resolve(self, types, dtype):
+        """The loop's dtypes for operands ``types`` (dtypes, or a Python scalar's type)."""
+        key = (types, dtype)
         try:
             return self._resolved[key]
         except KeyError:
             pass
-        kw = {} if dtype is None else {"signature": (None, np.dtype(dtype))}
-        res = self._resolved[key] = self.reference.resolve_dtypes((in_dtype, None), **kw)
+        kw = {} if dtype is None else {"signature": (None,) * len(types) + (np.dtype(dtype),)}
+        res = self._resolved[key] = self.reference.resolve_dtypes(types + (None,), **kw)
         return res
 
-    def _call(self, x, args, kwargs):
-        if not self._small and _current() == "auto" and not _log_state.on:
-            self._small = _selection.small_size(self._spec)
-        ref = self.reference
-
-        def reference(why="a case fastmath hands over unchanged"):
-            if _log_state.on:
-                _logger.debug("%s(%s): %s runs it (%s)", self.__name__, _describe(x),
-                              self._spec.ref.replace(":", "."), why)
-            if "where" in kwargs and self._spec.ref.startswith("scipy"):
-                return _where_outside(ref, (x,), args, kwargs)
-            return ref(x, *args, **kwargs)
-
-        if kwargs.keys() - _KEYWORDS or len(args) > 1 or (args and "out" in kwargs):
-            return reference()  # numpy's own TypeError
-        out = args[0] if args else kwargs.get("out")
-        where = kwargs.get("where", True)
-        casting = kwargs.get("casting", "same_kind")
-        order = kwargs.get("order", "K")
-        dtype = kwargs.get("dtype")
-        signature = kwargs.get("signature")
-
-        tx = type(x)
-        if tx is _ndarray:
-            xa = x
-        elif tx in _SCALARS or isinstance(x, np.generic):
-            try:
-                xa = np.asarray(x)
-            except Exception:  # ragged lists and the like: NumPy's own error
-                return reference()
-        elif _dask.is_dask_array(x):  # lazy, with fastmath's kernels in every chunk
-            return _dask.ufunc(self, x, args, kwargs)
-        else:  # subclasses, __array_ufunc__ overrides, array-likes: NumPy dispatches,
-            # except for arrays on a device, which are computed there
-            if not args and not kwargs and _native.resident(x):
-                r = _native.call(self._spec, x)
-                if r is not NotImplemented:
-                    return r
-            return reference()
-        o = _single_out(out)
-        if o is _BAD_OUT:
-            return reference()
-        if (signature is not None or xa.dtype.kind not in _NUMERIC or order not in _ORDERS
-                or (o is not None and (type(o) is not _ndarray or o.shape != xa.shape
-                                       or not o.flags.writeable))):
-            return reference()
-        try:
-            in_dt, out_dt = self._resolve(xa.dtype, dtype)
-        except Exception:
-            return reference()
-        if ((xa.dtype != in_dt and not np.can_cast(xa.dtype, in_dt, casting))
-                or (o is not None and o.dtype != out_dt)):
-            return reference()
-        chain = _selection.plan(self._spec, in_dt.name, xa.size)
-        if not chain or xa.size == 0:
-            return reference(f"below auto's smallest size for {in_dt.name}, or empty")
-        mask = _where_mask(where, xa.shape)
-        if mask is _BAD_OUT:
-            return reference()
-
-        if xa.dtype == in_dt:
-            xin = xa
-        else:
-            xin = np.empty_like(xa, dtype=in_dt)
-            # a cast that overflows: NumPy words and orders its report its own way
-            if _fpe.recorded(np.copyto, xin, xa, casting="unsafe") and _fpe.watched():
-                return reference()
-        if o is None:
-            if mask is not None:
-                _warn_where()
-            res = np.empty_like(xin, dtype=out_dt, order=order)
-        else:
-            res = o
-            if xin is not o and np.may_share_memory(xin, o):
-                xin = xin.copy()  # a partial overlap: NumPy buffers the same way
-        if mask is None:
-            if xin is res and len(chain) > 1:
-                # in place with a fallback: a kernel failing part-way, or one whose FP
-                # flags are derived from the input afterwards, needs the input intact
-                xin = xin.copy()
-            self._run(chain, (xin,), res)
-        elif mask.any():
-            part = np.empty(int(np.count_nonzero(mask)), out_dt)
-            try:
-                self._run(chain, (xin[mask],), part)
-            except FloatingPointError:
-                res[mask] = part  # raised after the loop: NumPy has written out= too
-                raise
-            res[mask] = part
-        if out is None:
-            return res[()] if res.ndim == 0 else res
-        return o
-
     def _run(self, chain, ins, res):
-        """Run the first kernel of ``chain`` that takes ``kernel(*ins, res)``.
-
-        A kernel that fails part-way (a device error, say) may have written some of
-        ``res``; the next kernel in line then writes all of it again, with one warning.
-        The last kernel is NumPy's own loop, whose failure is NumPy's and is raised as is.
-        """
-        explicit = _current()
-        last = len(chain) - 1
-        for i, (name, kernel) in enumerate(chain):
-            _selection.forbid_fallback(explicit, name, self.__name__, ins[0].dtype)
-            try:
-                status = kernel(*ins, res)
-            except FloatingPointError:
-                raise  # NumPy's errstate 'raise', after the whole loop
-            except Exception as e:
-                if i == last:
-                    raise
-                _selection.warn_failed(name, self.__name__, e, chain[i + 1][0])
-                continue
-            if status is NotImplemented:
-                if _log_state.on:
-                    _logger.debug("%s(%s): %s declined it (chain: %s)", self.__name__,
-                                  _describe(ins[0]), name, _log.chain_names(chain))
-                continue
-            if _log_state.on:
-                _logger.debug("%s(%s): ran on %s (selection %s)", self.__name__,
-                              _describe(ins[0]), name, explicit, extra={"ran_on": name})
-            if status is HANDLED:
-                return
-            if status == UNCHECKED:
-                status = self._derive(ins, res) if self._spec.fpe else 0
-            _fpe.report(self.__name__, status)
-            return
-        raise AssertionError("the numpy backend ends every chain and never declines")
+        """Compute ``res`` from ``ins`` on ``chain`` (see ``_chain.run``)."""
+        _chain.run(chain, ins, res, self.__name__, self._derive)
 
     def _derive(self, ins, res):
-        return _fpe.derive(self.reference, ins, res)
-
-
-_BAD_OUT = object()  # an out= or where= fastmath leaves to NumPy
-
-
-def _single_out(out):
-    """The one output array of ``out=`` (an array, None, or a 1-tuple), else _BAD_OUT."""
-    if type(out) is tuple:
-        return out[0] if len(out) == 1 else _BAD_OUT
-    return out
-
-
-def _where_mask(where, shape):
-    """``where=`` as a boolean mask of ``shape``, None for True, or _BAD_OUT if NumPy must
-    answer (a non-boolean or unbroadcastable mask)."""
-    if where is True:
-        return None
-    mask = np.asarray(where)
-    if mask.dtype != bool:
-        return _BAD_OUT
-    try:
-        return np.broadcast_to(mask, shape)
-    except ValueError:
-        return _BAD_OUT
-
-
-def _where_outside(ref, ins, args, kwargs):
-    """``ref(*ins, *args, **kwargs)`` with ``where=`` applied here, not by the ufunc.
-
-    SciPy's ufuncs corrupt the heap when ``where=`` meets a casting loop (scipy/scipy#25127;
-    seen for erf with float32 input and a float64 out=), so they never see ``where=``.
-    """
-    kwargs = dict(kwargs)
-    where = kwargs.pop("where")
-    out = args[0] if args else kwargs.pop("out", None)
-    o = _single_out(out)
-    if o is None:
-        _warn_where()
-        return ref(*ins, **kwargs)
-    if not isinstance(o, np.ndarray):
-        return ref(*ins, out=out, **kwargs)  # NumPy's own error for a bad out=
-    tmp = ref(*ins, out=np.empty_like(o), **kwargs)
-    np.copyto(o, tmp, where=where)
-    return o
-
-
-_where_warning: list = []
-
-
-def _warn_where():
-    """NumPy's warning for ``where=`` without ``out=``, if this NumPy version gives one."""
-    if not _where_warning:
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            np.negative(np.zeros(1), where=np.ones(1, bool))
-        _where_warning.append([(x.category, str(x.message)) for x in w])
-    for category, message in _where_warning[0]:
-        warnings.warn(message, category, stacklevel=_fpe.user_stacklevel())
+        return _fpe.derive(self.reference, ins, res) if self._spec.fpe else 0
 
 
 def _forget_small():
@@ -341,15 +180,7 @@ _config.on_reload(_forget_small)
 
 
 Ufunc.__doc__ = _Doc(Ufunc.__doc__)
-
-
-def _describe(x) -> str:
-    """``float64[1000]``, ``int8 scalar`` or a type name, for log records."""
-    dtype = getattr(x, "dtype", None)
-    if dtype is None:
-        return type(x).__name__
-    shape = getattr(x, "shape", ())
-    return f"{dtype}[{'x'.join(map(str, shape))}]" if shape else f"{dtype} scalar"
+_describe = _chain.describe
 
 
 def _lookup(name):

@@ -65,11 +65,15 @@ def _scope(name: str):
     return _selection.backend(name)
 
 
-def _ufunc_chunk(block, name, backend, kwargs):
+def _ufunc_chunk(block, name, backend, kwargs, *more):
     import fastmath
 
     with _scope(backend):
-        return getattr(fastmath, name)(block, **kwargs)
+        return getattr(fastmath, name)(block, *more, **kwargs)
+
+
+def _blocks_chunk(name, backend, kwargs, *blocks):
+    return _ufunc_chunk(blocks[0], name, backend, kwargs, *blocks[1:])
 
 
 def _lse_chunk(a, weights_chunk=None, axis=None, keepdims=True, backend="auto"):
@@ -140,26 +144,40 @@ def _record(dtype):
 
 # --- building the graph ----------------------------------------------------------------
 
-def ufunc(f, x, args, kwargs):
-    """``f(x, *args, **kwargs)`` for a fastmath ufunc ``f`` and a Dask array ``x``."""
-    from dask.array.utils import meta_from_array
+def ufunc(f, xs, args, kwargs):
+    """``f(*xs, *args, **kwargs)`` for a fastmath function ``f`` and Dask array operands."""
+    from dask.array.core import elemwise
+    from dask.base import tokenize
 
     def reference():
-        return f.reference(x, *args, **kwargs)
+        return f.reference(*xs, *args, **kwargs)
 
     dtype = kwargs.get("dtype")
     casting = kwargs.get("casting", "same_kind")
     if args or kwargs.keys() - {"dtype", "casting"}:
         return reference()
+    types = tuple(x.dtype if hasattr(x, "dtype") else type(x) for x in xs)
     try:
-        in_dt, out_dt = f._resolve(x.dtype, dtype)
-        if x.dtype != in_dt and not np.can_cast(x.dtype, in_dt, casting):
+        *in_dts, out_dt = f._resolve(types, dtype)
+        if any(type(t) is not type and t != dt and not np.can_cast(t, dt, casting)
+               for t, dt in zip(types, in_dts)):
             return reference()  # NumPy's own casting error
     except Exception:
         return reference()
-    meta = meta_from_array(x._meta, ndim=x.ndim, dtype=out_dt)
-    return x.map_blocks(_ufunc_chunk, f.__name__, _selection.current(), dict(kwargs),
-                        dtype=out_dt, meta=meta, token=f"fastmath-{f.__name__}")
+    chunk = functools.partial(_blocks_chunk, f.__name__, _selection.current(), dict(kwargs))
+    name = f"fastmath-{f.__name__}-{tokenize(chunk, out_dt, *xs)}"
+    return elemwise(chunk, *xs, dtype=out_dt, name=name)
+
+
+def softmax(f, x, axis):
+    """``f(x, axis)`` (softmax, log_softmax) of Dask array ``x``: a block holds whole rows."""
+    from ._reductions import _normalize_axes
+
+    axes = _normalize_axes(axis, x.ndim)  # NumPy's AxisError, or "repeated axis"
+    whole = x.rechunk({a: -1 for a in axes})
+    chunk = functools.partial(_blocks_chunk, f.__name__, _selection.current(), {"axis": axis})
+    dtype = f(np.zeros((1,) * max(x.ndim, 1), x.dtype)).dtype
+    return whole.map_blocks(chunk, dtype=dtype, token=f"fastmath-{f.__name__}")
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):

@@ -2,10 +2,13 @@
 import sys
 
 from fastmath import _reductions
+from fastmath._binary import BinaryUfunc
+from fastmath._elementwise import Function
 from fastmath._ufunc import Ufunc
 
-_ENTRIES = {Ufunc.__call__.__code__: lambda f: f.f_locals["self"].__name__,
-            _reductions.logsumexp.__code__: lambda f: "logsumexp"}
+_ENTRIES = {cls._fast.__code__: lambda f: f.f_locals["self"].__name__
+            for cls in (Ufunc, BinaryUfunc, Function)}
+_ENTRIES[_reductions.logsumexp.__code__] = lambda f: "logsumexp"
 
 
 def fastmath_calls(fn, *args, **kwargs):

@@ -27,6 +27,9 @@ from conftest import BACKENDS, BITWISE, DRAWN, assert_same
 pytestmark = pytest.mark.slow
 
 UNARY = [s for s in ROWS if s.kind == "unary"]
+BINARY = [s for s in ROWS if s.kind == "binary"]
+ELEMENTWISE = [s for s in ROWS if s.kind == "elementwise"]
+SOFTMAX = [s for s in ROWS if s.kind == "softmax"]
 LSE = [s for s in ROWS if s.kind == "logsumexp"]
 DTYPES = [np.dtype(t) for t in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -169,12 +172,18 @@ def compare(got, exp, ulps):
 
 
 def _unary_case(spec, backend, make_x, opts):
+    _ufunc_case(spec, backend, (make_x,), opts)
+
+
+def _ufunc_case(spec, backend, makes, opts):
+    """One drawn call of a ufunc row with operands built by ``makes``, both sides."""
     fn = getattr(fastmath, spec.name)
     ref = spec.reference()
     rng = np.random.default_rng(opts["seed"])
     try:
         with np.errstate(all="ignore"):
-            probe = ref(make_x(), dtype=opts["dtype"]) if opts["dtype"] else ref(make_x())
+            xs = [m() for m in makes]
+            probe = ref(*xs, dtype=opts["dtype"]) if opts["dtype"] else ref(*xs)
         pshape, pdtype = np.shape(probe), np.asarray(probe).dtype
     except Exception:  # noqa: BLE001 - the call itself is invalid; both must say so
         pshape, pdtype = None, None
@@ -183,13 +192,14 @@ def _unary_case(spec, backend, make_x, opts):
         mask = rng.random(pshape) < 0.5
 
     def make():
-        x = make_x()
+        xs = [m() for m in makes]
+        x = xs[0]
         kwargs = {}
         if opts["dtype"]:
             kwargs["dtype"] = opts["dtype"]
         if mask is not None:
             kwargs["where"] = mask
-        watched = [x]
+        watched = list(xs)
         kind = opts["out"]
         if kind and pshape is not None:
             if kind == "alias" and isinstance(x, np.ndarray) and x.flags.writeable:
@@ -200,7 +210,7 @@ def _unary_case(spec, backend, make_x, opts):
                 out = np.full(shape, 7, dtype=dt) if dt != object else np.full(shape, 7.0)
                 watched.append(out)
             kwargs["out"] = (out,) if kind == "tuple" else out
-        return (x,), kwargs, watched
+        return tuple(xs), kwargs, watched
 
     if mask is not None and spec.ref.startswith("scipy"):
         ref = _where_by_copyto(ref)
@@ -234,12 +244,13 @@ def _unary_case(spec, backend, make_x, opts):
             go = go[0] if isinstance(go, tuple) else go
             assert (got.value is go) == (exp.value is o)
     # inputs and any out= array, byte for byte (out= after an error too: NumPy's writes)
+    nin = len(makes)
     for i, (g, e) in enumerate(zip(got.watched, exp.watched)):
         if not isinstance(e, np.ndarray):
             continue
-        if i == 0 and opts["out"] != "alias":
-            assert g.tobytes() == got.before[0], "the input was modified"
-        elif exp.error is None or i > 0:
+        if i < nin and (i > 0 or opts["out"] != "alias"):
+            assert g.tobytes() == got.before[i], "an input was modified"
+        elif exp.error is None or i >= nin:
             assert_same(g, e, ulps)
 
 
@@ -247,16 +258,24 @@ def _where_by_copyto(ref):
     """NumPy's where= semantics without handing where= to a SciPy ufunc, which corrupts
     the heap when where= meets a casting loop (scipy/scipy#25127): compute everything,
     then copy the selected elements."""
-    def call(x, out=None, where=True, **kwargs):
+    def call(*xs, out=None, where=True, **kwargs):
         o = out[0] if isinstance(out, tuple) else out
         if o is None:
             warnings.warn("'where' used without 'out', expect unitialized memory in output. "
                           "If this is intentional, use out=None.", UserWarning)
-            return ref(x, **kwargs)
-        r = ref(x, out=np.empty_like(o), **kwargs)
+            return ref(*xs, **kwargs)
+        r = ref(*xs, out=np.empty_like(o), **kwargs)
         np.copyto(o, r, where=where)
         return o
     return call
+
+
+def _bound(spec, backend, value):
+    """The row's ULP bound for a result like ``value`` on ``backend``."""
+    rdt = np.asarray(value).dtype
+    if backend in BITWISE or rdt not in (np.float32, np.float64):
+        return 0
+    return spec.ulp[0] if rdt == np.float32 else spec.ulp[1]
 
 
 def _count(name):
@@ -295,6 +314,52 @@ def _opts(out=None, where=True, dtype=None, seed=0, **errstate):
 def test_unary_matches_reference(spec, backend, make_x, opts):
     _count(spec.name)
     _unary_case(spec, backend, make_x, opts)
+
+
+@st.composite
+def operand_pairs(draw):
+    """Two operands: independent shapes (often not broadcastable: both sides must refuse
+    alike), or the second a row or a scalar of the first's, which broadcasts."""
+    first = draw(inputs())
+    how = draw(st.sampled_from(["independent", "row", "scalar"]))
+    if how == "independent":
+        return first, draw(inputs())
+    a = np.asarray(first())
+    if how == "row" and a.ndim and a.dtype != object:
+        row = a.reshape(-1, *a.shape[1:])[-1:].copy() if a.size else a[:0]
+        return first, lambda: row.copy()
+    value = draw(st.sampled_from([2.0, -1.5, 3, 0.0, np.float32(0.5), np.inf]))
+    return first, lambda: value
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", BINARY, ids=lambda s: s.name)
+@given(pair=operand_pairs(), opts=unary_options())
+def test_binary_matches_reference(spec, backend, pair, opts):
+    _count(spec.name)
+    _ufunc_case(spec, backend, pair, opts)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", ELEMENTWISE, ids=lambda s: s.name)
+@given(make_x=inputs(), errstate=st.fixed_dictionaries(
+    {c: st.sampled_from(MODES) for c in ("divide", "over", "under", "invalid")}))
+def test_elementwise_matches_reference(spec, backend, make_x, errstate):
+    _count(spec.name)
+
+    def make():
+        x = make_x()
+        return (x,), {}, [x]
+
+    with np.errstate(**errstate):
+        exp = Outcome(spec.reference(), make)
+        with fastmath.backend(backend):
+            got = Outcome(getattr(fastmath, spec.name), make)
+    compare(got, exp, 0)
+    if isinstance(got.watched[0], np.ndarray):
+        assert got.watched[0].tobytes() == got.before[0], "the input was modified"
+    if exp.error is None:
+        assert_same(got.value, exp.value, _bound(spec, backend, exp.value))
 
 
 # --- logsumexp kind -----------------------------------------------------------------------
@@ -386,3 +451,36 @@ def test_logsumexp_matches_reference(spec, backend, call):
                                       np.asarray(exp.value[1])[finite])
     else:
         _lse_close(got.value, exp.value, condition, spec, None)
+
+
+# --- softmax kind -------------------------------------------------------------------------
+@st.composite
+def softmax_calls(draw):
+    build = draw(arrays(dtypes=LSE_DTYPES, max_dims=3))
+    nd = max(build().ndim, 1)
+    axis = draw(st.one_of(st.none(), st.integers(-nd - 1, nd),
+                          st.lists(st.integers(-nd, nd - 1), min_size=1, max_size=3)
+                          .map(tuple), st.just([0])))
+    errstate = {c: draw(st.sampled_from(MODES)) for c in ("divide", "over", "invalid")}
+    return build, axis, errstate
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", SOFTMAX, ids=lambda s: s.name)
+@given(call=softmax_calls())
+def test_softmax_matches_reference(spec, backend, call):
+    _count(spec.name)
+    build, axis, errstate = call
+
+    def make():
+        x = build()
+        return (x,), {"axis": axis}, [x]
+
+    with np.errstate(**errstate, under="ignore"):
+        exp = Outcome(spec.reference(), make)
+        with fastmath.backend(backend):
+            got = Outcome(getattr(fastmath, spec.name), make)
+    compare(got, exp, 0)
+    assert got.watched[0].tobytes() == got.before[0], "the input was modified"
+    if exp.error is None:
+        assert_same(got.value, exp.value, _bound(spec, backend, exp.value))

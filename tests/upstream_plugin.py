@@ -73,8 +73,14 @@ def pytest_unconfigure(config):
     if path:
         from fastmath import _selection
 
-        # which (backend, function, dtype) plans fastmath built: proof that it ran
+        from fastmath import _ufunc
+
+        # which (backend, function, dtype) plans fastmath built: proof that it ran; under
+        # auto, calls below the smallest accelerated size go to the reference from the
+        # front end's fast path without a plan: the size it read proves the front end ran
         plans = sorted("/".join(key) for key in _selection._plans)
+        plans += sorted(f"auto/{u.__name__}/fast-path" for u in _ufunc._instances
+                        if getattr(u, "_small", 0) and hasattr(u, "__name__"))
         with open(path, "w") as f:
             json.dump({"tests": _results, "plans": plans}, f, indent=1, sort_keys=True)
 

@@ -1,0 +1,301 @@
+"""The one pipeline: every kind of function keeps NumPy's/SciPy's behaviour on every backend.
+
+Each test runs a registry row's fastmath function and its reference side by side, under
+each backend available here, and compares results, warnings and exceptions.
+"""
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import fastmath
+from fastmath._registry import ROWS
+
+BACKENDS = fastmath.available_backends()
+UFUNCS = [r for r in ROWS if r.kind in ("unary", "binary")]
+BINARY = [r for r in ROWS if r.kind == "binary"]
+SCIPY_UFUNCS = [r for r in UFUNCS if r.ref.startswith("scipy")]
+ELEMENTWISE = [r for r in ROWS if r.kind == "elementwise"]
+SOFTMAX = [r for r in ROWS if r.kind == "softmax"]
+REDUCTIONS = [r for r in ROWS if r.kind in ("logsumexp", "softmax")]
+
+
+def ids(rows):
+    return [r.name for r in rows]
+
+
+def operands(spec, n=64, dtype=np.float64):
+    """Inputs inside every row's domain, so that warnings come only from what is tested."""
+    x = np.linspace(0.05, 0.95, n).astype(dtype)
+    return (x,) if spec.kind != "binary" else (x, x[::-1].copy())
+
+
+def outcome(fn, *args, **kwargs):
+    """(result or exception type, [(category, message)]) of ``fn(*args, **kwargs)``."""
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            r = fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the exception is what is compared
+            r = type(e)
+    return r, [(x.category, str(x.message)) for x in w]
+
+
+def same(got, want, spec):
+    if isinstance(want, type):
+        assert got is want, (got, want)
+        return
+    assert type(got) is type(want), (type(got), type(want))
+    if want is None:
+        return
+    assert np.shape(got) == np.shape(want) and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+
+def call_reference(spec, *xs, where=True, **kwargs):
+    """The reference's call. SciPy's ufuncs never see a ``where=`` mask here: they can
+    corrupt the heap with one (scipy/scipy#25127), so NumPy's documented meaning of
+    ``where=`` with ``out=`` is applied to their result instead."""
+    ref = spec.reference()
+    if where is True or not spec.ref.startswith("scipy"):
+        return ref(*xs, where=where, **kwargs)
+    out = xs[ref.nin] if len(xs) > ref.nin else kwargs.pop("out")
+    out = out[0] if type(out) is tuple else out
+    np.copyto(out, ref(*xs[:ref.nin], **kwargs), where=where)
+    return out
+
+
+def numpy_mask_warnings():
+    """NumPy's ufunc machinery's warnings for a ``where=`` mask without ``out=``: the
+    oracle for SciPy's ufuncs, which such a call can crash (scipy/scipy#25127: erf and
+    xlogy segfault on 64 elements here)."""
+    return outcome(np.negative, np.zeros(3), where=np.ones(3, bool))[1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", UFUNCS, ids=ids(UFUNCS))
+@pytest.mark.parametrize("where", [True, np.True_, "mask"])
+def test_where_without_out_warns_as_the_reference_does(spec, backend, where):
+    xs = operands(spec)
+    if isinstance(where, str):
+        where = np.arange(xs[0].size) % 3 == 0
+    with fastmath.backend(backend):
+        _, got = outcome(getattr(fastmath, spec.name), *xs, where=where)
+    if spec.ref.startswith("scipy") and where is not True:
+        want = numpy_mask_warnings()
+    else:
+        _, want = outcome(spec.reference(), *xs, where=where)
+    assert got == want
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", UFUNCS, ids=ids(UFUNCS))
+def test_errstate_raise_with_where_and_out_writes_out_first(spec, backend):
+    x = np.array([1e308, -1e308, 0.0, 1.0, 2.5, -3.0, 1e-300, 710.0, -0.5, 4.0] * 8)
+    xs = (x,) if spec.kind == "unary" else (x, x[::-1].copy())
+    mask = np.arange(x.size) % 2 == 0
+    outs = []
+    for fn, scope in ((getattr(fastmath, spec.name), backend),
+                      (lambda *a, **k: call_reference(spec, *a, **k), "numpy")):
+        out = np.full(x.shape, 7.0)
+        with fastmath.backend(scope), np.errstate(all="raise"):
+            r, _ = outcome(fn, *xs, where=mask, out=out)
+        outs.append((r if isinstance(r, type) else None, out))
+    (got_exc, got), (want_exc, want) = outs
+    assert got_exc is want_exc
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", UFUNCS, ids=ids(UFUNCS))
+def test_bad_casting_is_the_references_error(spec, backend):
+    xs = operands(spec)
+    with fastmath.backend(backend):
+        got = outcome(getattr(fastmath, spec.name), *xs, casting="bogus")[0]
+    assert got is outcome(spec.reference(), *xs, casting="bogus")[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", UFUNCS + ELEMENTWISE, ids=ids(UFUNCS + ELEMENTWISE))
+def test_broadcast_input_gives_the_references_layout(spec, backend):
+    row = np.linspace(0.05, 0.95, 300)
+    xs = [np.broadcast_to(row, (400, 300))]
+    if spec.kind == "binary":
+        xs.append(np.broadcast_to(row[:, None][:1], (400, 300)))
+    with fastmath.backend(backend), np.errstate(all="ignore"):  # arccosh: NaNs, as NumPy's
+        got = getattr(fastmath, spec.name)(*xs)
+        want = spec.reference()(*xs)
+    assert got.strides == want.strides and got.flags.owndata
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("spec", ELEMENTWISE, ids=ids(ELEMENTWISE))
+def test_plain_functions_are_not_ufuncs(spec):
+    ours, ref = getattr(fastmath, spec.name), spec.reference()
+    assert isinstance(ours, np.ufunc) == isinstance(ref, np.ufunc)
+    assert hasattr(ours, "nin") == hasattr(ref, "nin")
+
+
+OUT_FORMS = ["kw-None", "kw-(None,)", "kw-array", "kw-(array,)", "pos-None", "pos-array",
+             "pos-(array,)", "pos-(None,)"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", UFUNCS, ids=ids(UFUNCS))
+@pytest.mark.parametrize("form", OUT_FORMS)
+@pytest.mark.parametrize("masked", [False, True])
+def test_every_out_form_returns_the_references_result(spec, backend, form, masked):
+    xs = operands(spec)
+    results = []
+    for fn, scope in ((getattr(fastmath, spec.name), backend),
+                      (lambda *a, **k: call_reference(spec, *a, **k), "numpy")):
+        arr = np.zeros(xs[0].shape)
+        where, what = form.split("-")
+        value = {"None": None, "(None,)": (None,), "array": arr, "(array,)": (arr,)}[what]
+        args, kwargs = ((value,), {}) if where == "pos" else ((), {"out": value})
+        if masked:
+            kwargs["where"] = np.arange(arr.size) % 2 == 0
+            if "None" in what:
+                continue  # uninitialised elements: nothing to compare
+        with fastmath.backend(scope):
+            r, _ = outcome(fn, *xs, *args, **kwargs)
+        results.append((r, arr))
+    if len(results) < 2:
+        return
+    (got, got_arr), (want, want_arr) = results
+    same(got, want, spec)
+    if want is want_arr:
+        assert got is got_arr
+    np.testing.assert_allclose(got_arr, want_arr, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", UFUNCS, ids=ids(UFUNCS))
+def test_backwards_out_is_taken_quietly(spec, backend):
+    xs = operands(spec, 4000)
+    buf = np.zeros(2 * xs[0].size)
+    with fastmath.backend(backend), warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("error")  # a backend's failure would warn
+        got = getattr(fastmath, spec.name)(*xs, out=buf[::-2])
+        want = spec.reference()(*xs)
+    assert got.base is buf
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", REDUCTIONS, ids=ids(REDUCTIONS))
+def test_huge_rows_report_the_subtract_overflow(spec, backend):
+    x = np.array([[1e308, -1e308, 0.0], [0.0, 1.0, 2.0]] * 40)
+    with fastmath.backend(backend):
+        got, got_w = outcome(getattr(fastmath, spec.name), x, axis=1)
+    want, want_w = outcome(spec.reference(), x, axis=1)
+    assert got_w == want_w
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", REDUCTIONS, ids=ids(REDUCTIONS))
+@pytest.mark.parametrize("axis", [[0], [0, 1], 0.0, True, np.int64(1), np.array(0), (0,)])
+def test_axis_forms_are_taken_or_refused_as_scipy_does(spec, backend, axis):
+    x = np.linspace(-2.0, 2.0, 600).reshape(20, 30)
+    with fastmath.backend(backend):
+        got = outcome(getattr(fastmath, spec.name), x, axis=axis)[0]
+    want = outcome(spec.reference(), x, axis=axis)[0]
+    if isinstance(want, type):
+        assert got is want
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+HUGE = {
+    "unary": "f(np.broadcast_to(np.ones(1), (10**7, 10**7)))",
+    "binary": "f(np.broadcast_to(np.ones(1), (10**7, 10**7)), 2.0)",
+    "elementwise": "f(np.broadcast_to(np.ones(1), (10**7, 10**7)))",
+    "logsumexp": "f(np.ones((10**7, 1)), b=np.ones((1, 10**6)))",
+    "softmax": "f(np.broadcast_to(np.ones(1), (10**7, 10**7)), axis=1)",
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", sorted(HUGE))
+def test_impossible_sizes_are_refused_at_once(kind, backend):
+    spec = next(r for r in ROWS if r.kind == kind)
+    code = (f"import numpy as np, fastmath\nf = fastmath.{spec.name}\n"
+            f"with fastmath.backend({backend!r}):\n"
+            f"    try:\n        {HUGE[kind]}\n"
+            f"    except MemoryError:\n        print('MemoryError')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.strip() == "MemoryError", r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("spec", SOFTMAX, ids=ids(SOFTMAX))
+def test_softmax_of_a_dask_array(spec):
+    da = pytest.importorskip("dask.array")
+    x = np.linspace(-3, 3, 600).reshape(20, 30)
+    d = da.from_array(x, chunks=(7, 11))
+    got = getattr(fastmath, spec.name)(d, axis=1)
+    assert isinstance(got, da.Array)
+    np.testing.assert_allclose(got.compute(scheduler="sync"), spec.reference()(x, axis=1),
+                               rtol=1e-12)
+
+
+class Broken(RuntimeError):
+    pass
+
+
+def failing(kernel):
+    """A real kernel behind one that writes garbage into its output and then raises: a
+    backend failing part-way."""
+    def call(*args):
+        if isinstance(args[-1], np.ndarray):
+            args[-1][...] = -99.0
+        raise Broken("simulated kernel failure")
+    return call
+
+
+def call_args(spec, n=3000):
+    x = np.linspace(0.1, 0.9, n) + (spec.name == "arccosh")  # inside every domain
+    if spec.kind == "binary":
+        return (x, x[::-1].copy()), {}
+    if spec.kind in ("softmax", "logsumexp"):
+        return (x.reshape(60, -1),), {"axis": 1}
+    return (x,), {}
+
+
+@pytest.mark.parametrize("spec", ROWS, ids=ids(ROWS))
+def test_a_failing_kernel_is_followed_by_the_next_with_one_warning(spec, monkeypatch):
+    from fastmath import _selection, backends
+
+    numpy_kernel = backends.get("numpy").kernel(spec)
+    monkeypatch.setattr(_selection, "plan", lambda *a: (("failing", failing(numpy_kernel)),
+                                                         ("numpy", numpy_kernel)))
+    monkeypatch.setattr(_selection, "_warned", set())
+    args, kwargs = call_args(spec)
+    with warnings.catch_warnings(record=True) as w, fastmath.backend("numpy"):
+        warnings.simplefilter("always")
+        got = getattr(fastmath, spec.name)(*args, **kwargs)
+    assert [str(x.message) for x in w if "'failing' failed" in str(x.message)] != []
+    assert len(w) == 1, [str(x.message) for x in w]
+    np.testing.assert_array_equal(got, spec.reference()(*args, **kwargs))
+
+
+@pytest.mark.parametrize("spec", ROWS, ids=ids(ROWS))
+def test_every_kind_logs_where_it_ran(spec, caplog):
+    import logging
+
+    from fastmath import _log
+
+    caplog.set_level(logging.DEBUG, logger="fastmath")
+    _log.refresh()
+    try:
+        args, kwargs = call_args(spec)
+        with fastmath.backend("numpy"):
+            getattr(fastmath, spec.name)(*args, **kwargs)
+        ran = [r for r in caplog.records if getattr(r, "ran_on", None) == "numpy"]
+        assert ran and ran[0].getMessage().startswith(f"{spec.name}(float64[")
+    finally:
+        caplog.set_level(logging.WARNING, logger="fastmath")
+        _log.refresh()
