@@ -46,6 +46,12 @@ _local = threading.local()
 serial: contextvars.ContextVar = contextvars.ContextVar("fastmath_serial", default=False)
 
 
+# True while a call writes into the caller's own out=: NumPy's loop cannot be interrupted,
+# so after Ctrl-C NumPy's out= is whole; fastmath's then is too (every chunk still runs).
+# Elsewhere an interrupt starts no further chunk: the output is discarded anyway.
+whole: contextvars.ContextVar = contextvars.ContextVar("fastmath_whole", default=False)
+
+
 def threads() -> int:
     return 1 if serial.get() else _config.get().num_threads
 
@@ -53,9 +59,10 @@ def threads() -> int:
 class _Job:
     """One call's tasks, claimed one at a time by the caller and the pool's threads."""
 
-    __slots__ = ("tasks", "results", "next", "running", "error", "lock", "done")
+    __slots__ = ("tasks", "results", "next", "running", "error", "lock", "done", "whole")
 
     def __init__(self, tasks):
+        self.whole = whole.get()
         self.tasks = tasks
         self.results = [None] * len(tasks)
         self.next = 0
@@ -80,7 +87,8 @@ class _Job:
             if error is not None:
                 if self.error is None:
                     self.error = error
-                self._cancel()
+                if not (self.whole and isinstance(error, KeyboardInterrupt)):
+                    self._cancel()
             self.running -= 1
             if self.running == 0 and (self.tasks is None or self.next >= len(self.tasks)):
                 self.done.set()
@@ -151,14 +159,28 @@ def run(tasks):
         job.work()
         if not job.idle():  # every task is claimed: wait for the helpers' last ones
             job.done.wait()
-    except BaseException:
-        _drain(job)
+    except BaseException as e:
+        if job.whole and isinstance(e, KeyboardInterrupt):
+            _complete(job)
+        else:
+            _drain(job)
         raise
     finally:
         job.tasks = None  # helpers that take the job late find nothing to do
     if job.error is not None:
         raise job.error
     return job.results
+
+
+def _complete(job):
+    """Run the tasks left (this thread among the workers) and wait for them; a second
+    interrupt stops starting new ones after all."""
+    try:
+        job.work()
+        if not job.idle():
+            job.done.wait()
+    except BaseException:  # noqa: BLE001 - the first interrupt is raised by run()
+        _drain(job)
 
 
 def _drain(job):

@@ -23,7 +23,7 @@ import warnings
 
 from ._numpy import np
 
-from . import _alloc, _chain, _fpe, _log, _native, _selection
+from . import _alloc, _chain, _fpe, _log, _native, _parallel, _selection
 from . import dask as _dask
 
 _ndarray = np.ndarray
@@ -85,9 +85,14 @@ def call(f, xs, args, kwargs):
     else:
         res = o
     ins = [a if a.shape == shape else np.broadcast_to(a, shape) for a in ins]
-    _compute(f, chain, ins, res, mask)
     if o is None:  # out=None and out=(None,) alike
+        _compute(f, chain, ins, res, mask)
         return res[()] if res.ndim == 0 else res
+    token = _parallel.whole.set(True)  # an interrupt leaves the caller's out= whole
+    try:
+        _compute(f, chain, ins, res, mask)
+    finally:
+        _parallel.whole.reset(token)
     return o
 
 
