@@ -1,11 +1,18 @@
-"""Build of the optional C extension fastmath._loops (the loop mode of fastmath.patch).
+"""Build steps pyproject.toml cannot declare: the optional C extension fastmath._loops (the
+loop mode of fastmath.patch) and the FASTMATH_PATCH start-up hook.
 
-Everything else is declared in pyproject.toml. The extension is optional: without a C
-compiler (or NumPy's headers) the package installs all the same, and
-``fastmath.patch(mode="loops")`` says why the mode is unavailable.
+The extension is optional: without a C compiler (or NumPy's headers) the package installs
+all the same, and ``fastmath.patch(mode="loops")`` says why the mode is unavailable.
+``fastmath-startup.pth`` must sit in site-packages itself (Python's site module reads .pth
+files only there), for ordinary and for editable installs alike.
 """
+import os
+import shutil
+
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
+
+HOOK = "fastmath-startup.pth"
 
 
 class _Extension(Extension):
@@ -25,18 +32,36 @@ class _Extension(Extension):
 
 
 class _BuildPy(build_py):
-    """Also ship fastmath-startup.pth, the FASTMATH_PATCH hook, at site-packages' top."""
+    """The hook at the top of the wheel, next to the package: site-packages once installed."""
 
     def run(self):
         super().run()
-        self.copy_file("fastmath-startup.pth", f"{self.build_lib}/fastmath-startup.pth")
+        if not self.editable_mode:
+            self.copy_file(HOOK, os.path.join(self.build_lib, HOOK))
 
     def get_outputs(self, include_bytecode=True):
-        return super().get_outputs(include_bytecode) + [f"{self.build_lib}/fastmath-startup.pth"]
+        extra = [] if self.editable_mode else [os.path.join(self.build_lib, HOOK)]
+        return super().get_outputs(include_bytecode) + extra
 
+
+cmdclass = {"build_py": _BuildPy}
+try:
+    from setuptools.command.editable_wheel import editable_wheel
+
+    class _EditableWheel(editable_wheel):
+        """An editable wheel ships the hook too (build_py's outputs are not part of it)."""
+
+        def _run_build_commands(self, dist_name, unpacked_wheel, build_lib, tmp_dir):
+            result = super()._run_build_commands(dist_name, unpacked_wheel, build_lib, tmp_dir)
+            shutil.copy(HOOK, os.path.join(unpacked_wheel, HOOK))
+            return result
+
+    cmdclass["editable_wheel"] = _EditableWheel
+except ImportError:  # setuptools without PEP 660 editable wheels
+    pass
 
 setup(
     ext_modules=[_Extension("fastmath._loops", ["fastmath/_loops.c"], optional=True,
                             extra_compile_args=["-O2", "-std=c11"])],
-    cmdclass={"build_py": _BuildPy},
+    cmdclass=cmdclass,
 )

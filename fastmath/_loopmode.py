@@ -35,6 +35,7 @@ _FLOATS = set("fd")
 _lock = threading.Lock()
 _depth = 0
 _slots: list = []  # (ufunc, types, slot) installed
+_known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
 _why_not: str | None = None
 try:
     from . import _loops
@@ -118,7 +119,9 @@ def start(threads: int | None = None) -> None:
                 quiet = _scipy_quiet()
                 for ufunc, index, types, cost in _targets():
                     split_at, piece = _sizes(cost, quiet or _is_numpy(ufunc))
-                    _slots.append((ufunc, types, _loops.replace(ufunc, index, split_at, piece)))
+                    slot = _loops.replace(ufunc, index, split_at, piece)
+                    _slots.append((ufunc, types, slot))
+                    _known[slot] = f"{ufunc.__name__} {types}"
             except BaseException:
                 _restore()
                 raise
@@ -153,12 +156,11 @@ def active() -> bool:
 
 
 def counts() -> dict:
-    """``{"exp d->d": (calls, split calls), ...}`` since the process started, for every
-    loop installed now: what the loop mode ran."""
+    """``{"exp d->d": (calls, split calls), ...}``: what the loop mode ran since the
+    process started, for every loop it has installed."""
     out: dict = {}
     with _lock:
-        for ufunc, types, slot in _slots:  # a ufunc may list one signature twice
-            key = f"{ufunc.__name__} {types}"
+        for slot, key in _known.items():  # a ufunc may list one signature twice
             calls, split = _loops.counts(slot)
             before = out.get(key, (0, 0))
             out[key] = (before[0] + calls, before[1] + split)

@@ -76,11 +76,19 @@ def _swap_in() -> None:
 
 def _unbind_in_new_modules(originals: dict) -> None:
     # Modules imported during the patch may hold fastmath's objects under their own names
-    # (``from numpy import exp``, a copied namespace): give them the originals.
+    # (``from numpy import exp``, a namespace copied into a module object): give them the
+    # originals. Dicts and classes inside them are not searched.
+    import types
+
+    namespaces = []
+    registered = {id(m) for m in list(sys.modules.values())}
     for name in [n for n in list(sys.modules) if n not in _modules_before]:
-        namespace = getattr(sys.modules.get(name), "__dict__", None)
-        if not isinstance(namespace, dict):
-            continue
+        module = sys.modules.get(name)
+        if isinstance(module, types.ModuleType):
+            namespaces.append(vars(module))
+            namespaces += [vars(v) for v in list(vars(module).values())
+                           if isinstance(v, types.ModuleType) and id(v) not in registered]
+    for namespace in namespaces:
         for key, value in list(namespace.items()):
             original = originals.get(id(value))
             if original is not None and original[0] is value:
