@@ -22,6 +22,7 @@ from . import _registry
 # how many each piece holds (pieces are handed out dynamically, so a busy core takes fewer)
 _SPLIT_AT = 65536
 _PIECE = 16384
+_MIN_SPLIT = 4096  # never below: waking a thread costs some microseconds
 # memory-bound loops: a few operations per element, where a piece is mostly memory traffic
 _CHEAP = {"add", "subtract", "multiply", "divide", "true_divide", "negative", "positive",
           "absolute", "fabs", "maximum", "minimum", "fmax", "fmin", "square", "reciprocal",
@@ -102,7 +103,7 @@ def _sizes(cost, may_split):
     if not may_split:
         return 1 << 62, _PIECE
     scale = max(cost, 1 / 16)
-    return max(4096, int(_SPLIT_AT / scale)), max(1024, int(_PIECE / scale))
+    return max(_MIN_SPLIT, int(_SPLIT_AT / scale)), max(64, int(_PIECE / scale))
 
 
 def start(threads: int | None = None) -> None:
