@@ -49,6 +49,9 @@ MODES = ["functions", "loops", "both"]
 # tests/test_upstream.py runs those (its selection) for the function mode
 _ONLY_LOOPS = {"numpy-ufuncs"}
 CASES = [(s, m) for s in FULL for m in MODES if s not in _ONLY_LOOPS or m == "loops"]
+# and the loop mode splitting every run of 2 or more elements, so that the suites' small
+# arrays take the threaded path too
+FULL_CASES = CASES + [(s, "loops-split") for s in FULL]
 
 
 def run_suite(args, mode, tmp, split_all=False):
@@ -60,18 +63,25 @@ def run_suite(args, mode, tmp, split_all=False):
     if split_all:
         env["FASTMATH_LOOPS_SPLIT_ALL"] = "1"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "loops_plugin",
-           f"--confcutdir={SITE}", f"--rootdir={tmp}", "-W", "ignore",
+           f"--confcutdir={SITE}", f"--rootdir={tmp}", "-W", "ignore", "-o", "addopts=",
            *args]
     r = subprocess.run(cmd, cwd=SITE, env=env, capture_output=True, text=True, timeout=3000)
     assert report.exists(), r.stdout[-3000:] + r.stderr[-3000:]
     return json.loads(report.read_text())
 
 
+_plain_runs: dict = {}  # the plain run of each suite, shared by its modes
+
+
 def _compare(suite, args, mode, tmp_path, split_all=False):
+    if mode == "loops-split":
+        mode, split_all = "loops", True
     pytest.importorskip(suite.split("-")[0])
     if mode != "functions" and not _loopmode.available():
         pytest.skip(_loopmode.why_unavailable())
-    plain = run_suite(args, None, tmp_path)
+    if tuple(args) not in _plain_runs:
+        _plain_runs[tuple(args)] = run_suite(args, None, tmp_path)
+    plain = _plain_runs[tuple(args)]
     patched = run_suite(args, mode, tmp_path, split_all)
     counts = Counter(plain["tests"].values())
     assert counts["passed"] > 0, plain
@@ -100,13 +110,8 @@ def test_numpy_ufunc_tests_split_everything_quick(tmp_path):
 
 @pytest.mark.upstream
 @pytest.mark.slow
-@pytest.mark.parametrize("suite,mode", CASES)
+@pytest.mark.parametrize("suite,mode", FULL_CASES)
 def test_full(suite, mode, tmp_path):
-    _compare(suite, FULL[suite], mode, tmp_path)
-
-
-@pytest.mark.upstream
-@pytest.mark.slow
-def test_numpy_ufunc_tests_split_everything(tmp_path):
-    patched = _compare("numpy-ufuncs", FULL["numpy-ufuncs"], "loops", tmp_path, split_all=True)
-    assert patched["split_calls"] > 10_000
+    patched = _compare(suite, FULL[suite], mode, tmp_path)
+    if mode == "loops-split":
+        assert patched["split_calls"] > 100
