@@ -64,7 +64,7 @@ typedef struct {
     npy_intp n, piece;
     atomic_long next;   /* next piece's first element */
     atomic_int flags;   /* FP flags raised in workers */
-    atomic_int pending; /* workers still on this job */
+    int active;         /* workers on this job now (under lock) */
     fenv_t env;
 } Job;
 
@@ -105,6 +105,7 @@ static void *worker(void *unused)
         }
         seen = generation;
         Job *job = current;
+        job->active++;
         pthread_mutex_unlock(&lock);
 
         fesetenv(&job->env);
@@ -115,7 +116,7 @@ static void *worker(void *unused)
             atomic_fetch_or(&job->flags, raised);
         }
         pthread_mutex_lock(&lock);
-        if (atomic_fetch_sub(&job->pending, 1) == 1) {
+        if (--job->active == 0) {
             pthread_cond_signal(&done);
         }
     }
@@ -196,7 +197,7 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         pthread_mutex_unlock(&busy);
         return 0;
     }
-    atomic_init(&job.pending, nworkers); /* every started worker wakes on a broadcast */
+    job.active = 0;
     current = &job;
     generation++;
     pthread_cond_broadcast(&wake);
@@ -204,11 +205,13 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
 
     run_pieces(&job);
 
+    /* Every piece is taken. Workers that joined finish theirs; one not yet woken (its core
+     * busy elsewhere) finds no job and is not waited for. */
     pthread_mutex_lock(&lock);
-    while (atomic_load(&job.pending) > 0) {
+    current = NULL;
+    while (job.active > 0) {
         pthread_cond_wait(&done, &lock);
     }
-    current = NULL;
     pthread_mutex_unlock(&lock);
     pthread_mutex_unlock(&busy);
 
