@@ -10,6 +10,7 @@ import os
 import shutil
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 HOOK = "fastmath-startup.pth"
@@ -44,7 +45,24 @@ class _BuildPy(build_py):
         return super().get_outputs(include_bytecode) + extra
 
 
-cmdclass = {"build_py": _BuildPy}
+class _BuildExt(build_ext):
+    """Put a rebuilt extension in place by rename, never by rewriting the file: a running
+    process that has the old one loaded (editable installs build into the checkout) keeps
+    its copy intact instead of crashing."""
+
+    def copy_file(self, infile, outfile, *args, **kwargs):
+        if not str(outfile).endswith((".so", ".pyd")) or self.dry_run:
+            return super().copy_file(infile, outfile, *args, **kwargs)
+        if os.path.isdir(outfile):
+            outfile = os.path.join(outfile, os.path.basename(infile))
+        tmp = f"{outfile}.{os.getpid()}.tmp"
+        shutil.copyfile(infile, tmp)
+        shutil.copymode(infile, tmp)
+        os.replace(tmp, outfile)
+        return outfile, True
+
+
+cmdclass = {"build_py": _BuildPy, "build_ext": _BuildExt}
 try:
     from setuptools.command.editable_wheel import editable_wheel
 
