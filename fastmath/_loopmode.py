@@ -57,34 +57,33 @@ def available() -> bool:
 
 
 def _ufuncs():
-    """(ufunc, cost) for NumPy's ufuncs and the registry's SciPy ufuncs."""
+    """(ufunc, cost, is it NumPy's) for NumPy's ufuncs and the registry's SciPy ufuncs."""
     import numpy
 
     from ._numpy import np as _np  # NumPy's own namespace, never fastmath's objects
 
     seen = {}
     for obj in list(vars(_np).values()):
-        if isinstance(obj, numpy.ufunc) and id(obj) not in seen:
-            seen[id(obj)] = (obj, _CHEAP_COST if obj.__name__ in _CHEAP else 1.0)
+        if isinstance(obj, numpy.ufunc):
+            seen[id(obj)] = (obj, _CHEAP_COST if obj.__name__ in _CHEAP else 1.0, True)
     for spec in _registry.ROWS:
         obj = spec.reference()
-        if isinstance(obj, numpy.ufunc) and id(obj) not in seen:
-            seen[id(obj)] = (obj, spec.cost)
-        elif id(obj) in seen and spec.ref.startswith("numpy:"):
-            seen[id(obj)] = (obj, spec.cost)
+        if isinstance(obj, numpy.ufunc):
+            seen[id(obj)] = (obj, spec.cost, id(obj) in seen)
     return list(seen.values())
 
 
 def _targets():
-    """(ufunc, loop index, types, cost): every all-float32 or all-float64 elementwise loop."""
+    """(ufunc, loop index, types, cost, is it NumPy's): every all-float32 or all-float64
+    elementwise loop."""
     out = []
-    for ufunc, cost in _ufuncs():
+    for ufunc, cost, numpys in _ufuncs():
         if ufunc.signature is not None or ufunc.nargs > 4:
             continue
         for index, types in enumerate(ufunc.types):
             chars = types.replace("->", "")
             if len(set(chars)) == 1 and chars[0] in _FLOATS:
-                out.append((ufunc, index, types, cost))
+                out.append((ufunc, index, types, cost, numpys))
     return out
 
 
@@ -118,8 +117,8 @@ def start(threads: int | None = None) -> None:
             _loops.set_threads(threads or _config.get().num_threads)
             try:
                 quiet = _scipy_quiet()
-                for ufunc, index, types, cost in _targets():
-                    split_at, piece = _sizes(cost, quiet or _is_numpy(ufunc))
+                for ufunc, index, types, cost, numpys in _targets():
+                    split_at, piece = _sizes(cost, quiet or numpys)
                     slot = _loops.replace(ufunc, index, split_at, piece)
                     _slots.append((ufunc, types, slot))
                     _known[slot] = f"{ufunc.__name__} {types}"
@@ -127,12 +126,6 @@ def start(threads: int | None = None) -> None:
                 _restore()
                 raise
         _depth += 1
-
-
-def _is_numpy(ufunc) -> bool:
-    from ._numpy import np as _np
-
-    return getattr(_np, ufunc.__name__, None) is ufunc
 
 
 def _restore() -> None:
