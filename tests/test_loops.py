@@ -266,3 +266,17 @@ def test_scipy_errors_reported_from_the_callers_thread():
         plain = scipy.special.gammaln(x[:-1])
         assert _split_calls("gammaln d->d") > before
     _bitwise(plain, scipy.special.gammaln(x[:-1]))
+
+
+def test_numpy_runs_every_installed_loop():
+    # NumPy 2 dispatches through ArrayMethods; for these legacy float loops it still looks
+    # the pointer up on each call. A loop it cached elsewhere would show no calls here.
+    with fastmath.patch(mode="loops"):
+        keys = {f"{u.__name__} {t}": u for u, t, _ in _loopmode._slots}
+        assert {"exp d->d", "multiply dd->d", "erf f->f", "expit d->d", "sqrt f->f"} <= set(keys)
+        for key, ufunc in keys.items():
+            dtype = numpy.dtype(key.split()[1][0])
+            before = _loopmode.counts()[key][0]
+            with numpy.errstate(all="ignore"):
+                ufunc(*[numpy.full(10, 0.5, dtype)] * ufunc.nin)
+            assert _loopmode.counts()[key][0] > before, key
