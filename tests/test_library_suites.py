@@ -27,8 +27,9 @@ TESTS = Path(__file__).parent
 # name -> pytest arguments (paths relative to site-packages, or --pyargs modules)
 FULL = {
     "numpy-ufuncs": ["--pyargs", "numpy._core.tests.test_umath", "numpy._core.tests.test_ufunc"],
-    "sklearn": ["sklearn/mixture/tests", "sklearn/linear_model/tests/test_logistic.py",
-                "sklearn/utils/tests/test_extmath.py", "sklearn/neural_network/tests"],
+    "sklearn": ["sklearn/mixture/tests", "sklearn/utils/tests/test_extmath.py",
+                "sklearn/neural_network/tests"],
+    "sklearn-logistic": ["sklearn/linear_model/tests/test_logistic.py"],
     "scipy-stats": ["scipy/stats/tests/test_continuous_basic.py", "-k", "norm or logistic"],
     "pandas": ["pandas/tests/series/test_ufunc.py"],
     "statsmodels": ["statsmodels/discrete/tests"],
