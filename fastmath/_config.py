@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from .backends import NAMES as _BACKENDS
 
 # every variable read() reads (the docs test holds the pages to this list)
+# (and FASTMATH_PATCH, which the start-up hook reads before fastmath is imported: _startup)
 VARIABLES = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_VERIFY",
-             "FASTMATH_CALIBRATION", "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY")
+             "FASTMATH_CALIBRATION", "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY", "FASTMATH_PATCH")
 BACKEND_NAMES = ("auto",) + _BACKENDS
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")

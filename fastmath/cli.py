@@ -71,6 +71,12 @@ def _version() -> str:
     return (f"fastmath {own} (numpy {numpy.__version__}, python {platform.python_version()})")
 
 
+def _run(args) -> int:
+    from . import _startup
+
+    return _startup.main(args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fastmath", description=(
         "NumPy/SciPy math, faster, with the same results."))
@@ -102,6 +108,14 @@ def main(argv=None) -> int:
 
     check_arguments(p)
     p.set_defaults(run=_check)
+
+    p = sub.add_parser("run", help="run a script or module with fastmath in place from the start",
+                       description="Run a Python script (or -m module) with fastmath.patch "
+                       "active before anything is imported, as FASTMATH_PATCH does.")
+    from ._startup import add_arguments as run_arguments
+
+    run_arguments(p)
+    p.set_defaults(run=_run)
 
     args = parser.parse_args(argv)
     for dest, check in _checks().get(args.command, {}).items():

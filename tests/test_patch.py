@@ -1,6 +1,7 @@
 """fastmath.patch(): fastmath's functions swapped into numpy and scipy.special, process-wide,
 and the very same original objects back afterwards."""
 import importlib
+import subprocess
 import sys
 import textwrap
 import threading
@@ -186,3 +187,54 @@ def test_a_third_party_module(tmp_path, monkeypatch):
     assert calls == ["exp", "log1p"]
     assert early_calls == []
     assert_same(got, numpy.log1p(numpy.exp(x)))
+
+
+def test_numpy_and_scipy_ufuncs_stay_picklable_inside_and_after():
+    import pickle
+
+    ufuncs = [getattr(numpy, n) for n in dir(numpy) if isinstance(getattr(numpy, n), numpy.ufunc)]
+    ufuncs += [getattr(scipy.special, n) for n in ("erf", "erfc", "expit", "gammaln", "ndtr",
+                                                   "xlogy", "log_ndtr", "psi")]
+    assert len(ufuncs) > 80
+
+    def roundtrip_all():
+        for f in ufuncs:
+            for protocol in (2, pickle.HIGHEST_PROTOCOL):
+                assert pickle.loads(pickle.dumps(f, protocol)) is f, f.__name__
+
+    roundtrip_all()
+    with fastmath.patch():
+        roundtrip_all()
+        # what numpy.exp names now is fastmath's, and pickles too
+        assert pickle.loads(pickle.dumps(numpy.exp)) is fastmath.exp
+    roundtrip_all()
+    # a pickle made inside loads in a plain process without fastmath
+    with fastmath.patch():
+        data = pickle.dumps(ufuncs[:5])
+    code = ("import pickle, sys, numpy; fs = pickle.loads(sys.stdin.buffer.read()); "
+            "print(all(isinstance(f, numpy.ufunc) for f in fs), 'fastmath' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True,
+                       timeout=120)
+    assert r.stdout.split() == [b"True", b"False"], r.stderr
+
+
+def test_modules_first_imported_inside_get_the_originals_back(tmp_path, monkeypatch):
+    (tmp_path / "late_mod.py").write_text(textwrap.dedent("""
+        import numpy
+        from numpy import exp, log1p
+        from scipy.special import erf, logsumexp
+        namespace = {"exp": numpy.exp}
+        copied = type(numpy)("copied")
+        copied.__dict__.update(vars(numpy))
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("late_mod", None)
+    with fastmath.patch():
+        import late_mod
+
+        assert late_mod.exp is fastmath.exp and late_mod.erf is fastmath.erf
+    assert late_mod.exp is numpy.exp and late_mod.log1p is numpy.log1p
+    assert late_mod.erf is scipy.special.erf
+    assert late_mod.logsumexp is scipy.special.logsumexp
+    assert late_mod.copied.exp is numpy.exp
+    assert late_mod.namespace["exp"] is fastmath.exp  # a dict inside a module is not reached

@@ -1,0 +1,58 @@
+"""Installing without a C compiler: the package installs, the loop mode says why it cannot run."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_without_the_extension_the_loop_mode_says_why():
+    # fastmath._loops made unimportable, as in an installation built without a compiler
+    code = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name == "fastmath._loops":
+                    raise ImportError("no module named fastmath._loops")
+        sys.meta_path.insert(0, Block())
+        import numpy, fastmath
+        print(fastmath.patch.why_unavailable())
+        try:
+            fastmath.patch(mode="loops").__enter__()
+        except RuntimeError as e:
+            print("RAISED", e)
+        with fastmath.patch():
+            print("FUNCTIONS", numpy.exp is fastmath.exp)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    lines = r.stdout.splitlines()
+    assert "fastmath._loops extension is not built" in lines[0], r.stderr
+    assert lines[1].startswith("RAISED fastmath.patch(mode='loops') is unavailable: ")
+    assert "pip install" in lines[1] and lines[2] == "FUNCTIONS True"
+
+
+@pytest.mark.slow
+def test_wheel_builds_without_a_compiler_and_ships_the_startup_hook(tmp_path):
+    if not (ROOT / ".git").exists() and not shutil.which("git"):
+        pytest.skip("needs the git checkout")
+    src = tmp_path / "src"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    env = dict(os.environ, CC="false")  # every compiler call fails
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
+                        "--no-deps", "-w", str(tmp_path / "wheel"), str(src)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "fastmath-startup.pth" in names and "fastmath/_startup.py" in names
+    assert not any(n.endswith(".so") for n in names)

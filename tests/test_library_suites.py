@@ -1,0 +1,121 @@
+"""Other projects' own test suites, run with fastmath in place in each patch mode.
+
+Each suite runs in its own pytest process (tests/loops_plugin.py starts the patch before
+any test module is imported), once plain and once per mode; every test must end as it did
+in the plain run. NumPy's test_umath.py and test_ufunc.py run whole, with the loop mode
+installed and also with it splitting every run of two or more elements, so NumPy's small
+test arrays take the threaded path too.
+
+The ``upstream`` marker selects these tests (deselect with ``-m 'not upstream'``). The
+quick subset (the loop mode against plain) runs with the test suite; the full suites, every
+mode, take an hour on two cores and run only with FASTMATH_FULL_SUITES=1.
+"""
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy
+import pytest
+
+from fastmath import _loopmode
+
+SITE = Path(numpy.__file__).parent.parent
+TESTS = Path(__file__).parent
+
+# name -> pytest arguments (paths relative to site-packages, or --pyargs modules)
+FULL = {
+    "numpy-ufuncs": ["--pyargs", "numpy._core.tests.test_umath", "numpy._core.tests.test_ufunc"],
+    "sklearn": ["sklearn/mixture/tests", "sklearn/utils/tests/test_extmath.py",
+                "sklearn/neural_network/tests"],
+    "sklearn-logistic": ["sklearn/linear_model/tests/test_logistic.py"],
+    "scipy-stats": ["scipy/stats/tests/test_continuous_basic.py", "-k", "norm or logistic"],
+    "pandas": ["pandas/tests/series/test_ufunc.py"],
+    "statsmodels": ["statsmodels/discrete/tests"],
+}
+QUICK = {
+    "numpy-ufuncs": ["--pyargs", "numpy._core.tests.test_umath", "-k",
+                     "TestExp or TestLog or TestPower or TestDivision or TestHypot"],
+    "sklearn": ["sklearn/mixture/tests/test_gaussian_mixture.py", "-k",
+                "score or predict or fit_predict", "sklearn/neural_network/tests/test_base.py"],
+    "scipy-stats": ["scipy/stats/tests/test_continuous_basic.py", "-k",
+                    "norm and (moments or entropy or ppf)"],
+    "pandas": ["pandas/tests/series/test_ufunc.py", "-k", "unary or binary"],
+    "statsmodels": ["statsmodels/discrete/tests/test_discrete.py", "-k",
+                    "TestLogitNewton or TestProbitNewton"],
+}
+MODES = ["functions", "loops", "both"]
+# NumPy's ufunc tests also check fastmath's own ufunc objects when names are swapped;
+# tests/test_upstream.py runs those (its selection) for the function mode
+_ONLY_LOOPS = {"numpy-ufuncs"}
+CASES = [(s, m) for s in FULL for m in MODES if s not in _ONLY_LOOPS or m == "loops"]
+# and the loop mode splitting every run of 2 or more elements, so that the suites' small
+# arrays take the threaded path too
+FULL_CASES = CASES + [(s, "loops-split") for s in FULL]
+
+
+def run_suite(args, mode, tmp, split_all=False):
+    """{test id: outcome} of one pytest run, and the loop mode's call counts there."""
+    report = tmp / f"{mode or 'plain'}-{split_all}.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)] + sys.path),
+               FASTMATH_LOOPS_REPORT=str(report), FASTMATH_LOOPS_MODE=mode or "")
+    if split_all:
+        env["FASTMATH_LOOPS_SPLIT_ALL"] = "1"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "loops_plugin",
+           f"--confcutdir={SITE}", f"--rootdir={tmp}", "-W", "ignore", "-o", "addopts=",
+           *args]
+    r = subprocess.run(cmd, cwd=SITE, env=env, capture_output=True, text=True, timeout=3000)
+    assert report.exists(), r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(report.read_text())
+
+
+_plain_runs: dict = {}  # the plain run of each suite, shared by its modes
+
+
+def _compare(suite, args, mode, tmp_path, split_all=False):
+    if mode == "loops-split":
+        mode, split_all = "loops", True
+    pytest.importorskip(suite.split("-")[0])
+    if mode != "functions" and not _loopmode.available():
+        pytest.skip(_loopmode.why_unavailable())
+    if tuple(args) not in _plain_runs:
+        _plain_runs[tuple(args)] = run_suite(args, None, tmp_path)
+    plain = _plain_runs[tuple(args)]
+    patched = run_suite(args, mode, tmp_path, split_all)
+    counts = Counter(plain["tests"].values())
+    assert counts["passed"] > 0, plain
+    differ = {k: (v, patched["tests"].get(k)) for k, v in plain["tests"].items()
+              if patched["tests"].get(k) != v}
+    differ.update({k: (None, v) for k, v in patched["tests"].items() if k not in plain["tests"]})
+    print(f"\n{suite} [{mode}{', split all' if split_all else ''}]: {dict(counts)}; "
+          f"loop calls {patched['calls']}, split {patched['split_calls']}")
+    assert not differ, dict(list(differ.items())[:20])
+    if mode != "functions":
+        assert patched["calls"] > 0  # the suite ran through the installed loops
+    return patched
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("suite", list(QUICK))
+def test_quick(suite, tmp_path):
+    _compare(suite, QUICK[suite], "loops", tmp_path)
+
+
+@pytest.mark.upstream
+def test_numpy_ufunc_tests_split_everything_quick(tmp_path):
+    patched = _compare("numpy-ufuncs", QUICK["numpy-ufuncs"], "loops", tmp_path, split_all=True)
+    assert patched["split_calls"] > 100
+
+
+@pytest.mark.upstream
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("FASTMATH_FULL_SUITES"),
+                    reason="the full suites take an hour: set FASTMATH_FULL_SUITES=1")
+@pytest.mark.parametrize("suite,mode", FULL_CASES)
+def test_full(suite, mode, tmp_path):
+    patched = _compare(suite, FULL[suite], mode, tmp_path)
+    if mode == "loops-split":
+        assert patched["split_calls"] > 0

@@ -1,0 +1,282 @@
+"""fastmath.patch(mode="loops"): NumPy's own ufunc loops split over threads, process-wide.
+
+Oracle: the same call with the loop mode off. Every result must be bitwise equal, every
+route (operators, bound names, pandas, xarray) must reach the installed loops (their call
+counters say so), np.errstate must see the flags raised in worker threads, and removal
+must give back the very same loop pointers NumPy had.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy
+import pytest
+import scipy.special
+import scipy.stats
+
+import fastmath
+from fastmath import _loopmode
+
+pytestmark = pytest.mark.skipif(not _loopmode.available(),
+                                reason=str(_loopmode.why_unavailable()))
+
+N = 300_000  # above every split threshold but the memory-bound loops' for float32
+RNG = numpy.random.default_rng(7)
+
+
+def _split_calls(key):
+    return _loopmode.counts().get(key, (0, 0))[1]
+
+
+def _both(fn):
+    plain = fn()
+    with fastmath.patch(mode="loops"):
+        patched = fn()
+    return plain, patched
+
+
+def _bitwise(a, b):
+    a, b = numpy.asarray(a), numpy.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert a.tobytes() == b.tobytes()
+
+
+UNARY = ["exp", "log", "log1p", "expm1", "exp2", "log2", "log10", "sin", "cos", "tan",
+         "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh",
+         "sqrt", "cbrt", "square", "negative", "absolute", "reciprocal", "rint", "floor"]
+BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "fmax",
+          "arctan2", "hypot", "logaddexp", "logaddexp2", "copysign", "fmod"]
+SPECIAL = ["erf", "erfc", "expit", "logit", "ndtr", "log_ndtr", "ndtri", "gammaln", "erfcx"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", UNARY + BINARY + SPECIAL)
+def test_bitwise_numpys_and_split(name, dtype):
+    f = getattr(numpy, name, None) or getattr(scipy.special, name)
+    n = 2_000_000 if name in _loopmode._CHEAP else N
+    # a spread with specials, so the domain edges and NaN/inf paths are exercised too
+    x = (RNG.standard_normal(n) * 3).astype(dtype)
+    x[::97] = numpy.array([numpy.nan, numpy.inf, -numpy.inf, 0.0, -0.0, 1e-40, 700.0])[
+        numpy.arange(x[::97].size) % 7]
+    y = (RNG.random(n) * 4 - 1).astype(dtype)
+    args = (x,) if f.nin == 1 else (x, y)
+    c = numpy.dtype(dtype).char
+    key = f"{f.__name__} {c * f.nin}->{c}"
+    before = _split_calls(key)
+    with numpy.errstate(all="ignore"):
+        plain, patched = _both(lambda: f(*args))
+    _bitwise(plain, patched)
+    assert _split_calls(key) > before, f"{key} was not split"
+
+
+def test_every_route_reaches_the_loops():
+    pd = pytest.importorskip("pandas")
+    xr = pytest.importorskip("xarray")
+    from numpy import exp as bound_exp
+
+    x = RNG.standard_normal(N)
+    routes = {
+        "exp d->d": [lambda: numpy.exp(x), lambda: bound_exp(x),
+                     lambda: numpy.exp(pd.Series(x)).to_numpy(),
+                     lambda: numpy.exp(xr.DataArray(x)).values],
+        "multiply dd->d": [lambda: x * x * 1.5],
+        "power dd->d": [lambda: x ** 3.5],
+        "subtract dd->d": [lambda: scipy.stats.norm.logpdf(x)],
+    }
+    for key, fns in routes.items():
+        for fn in fns:
+            before = _split_calls(key)
+            with numpy.errstate(invalid="ignore"):
+                plain, patched = _both(fn)
+            _bitwise(plain, patched)
+            assert _split_calls(key) > before, key
+
+
+def test_removal_restores_numpys_loops_exactly():
+    slots_seen = []
+    with fastmath.patch(mode="loops"):
+        assert fastmath.patch.active("loops") and not fastmath.patch.active("functions")
+        for _, _, slot in _loopmode._slots:
+            assert fastmath._loops.installed(slot)
+            slots_seen.append(slot)
+        assert len(slots_seen) > 100
+    assert not fastmath.patch.active("loops")
+    assert not any(fastmath._loops.installed(s) for s in slots_seen)
+    # installing again reuses the same slots: each loop's original was saved once
+    with fastmath.patch(mode="loops"):
+        assert sorted(s for _, _, s in _loopmode._slots) == sorted(slots_seen)
+
+
+def test_nesting_and_modes():
+    with fastmath.patch(mode="both"):
+        assert fastmath.patch.active("both")
+        with fastmath.patch(mode="loops"):
+            assert fastmath.patch.active("loops")
+        assert fastmath.patch.active("loops") and numpy.exp is fastmath.exp
+    assert not fastmath.patch.active("loops") and not fastmath.patch.active()
+    assert numpy.exp is not fastmath.exp
+    with pytest.raises(ValueError, match="'functions', 'loops', 'both'"):
+        fastmath.patch(mode="fast")
+    with pytest.raises(RuntimeError, match="no active patch"):
+        fastmath.patch.stop("loops")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_errstate_sees_flags_raised_in_worker_threads(dtype):
+    # the overflow sits at the end, in a piece the pool's threads run, not the caller
+    x = numpy.zeros(4 * N, dtype)
+    x[-3:] = 1e5
+    for state, expect in (("raise", FloatingPointError), ("warn", RuntimeWarning)):
+        with fastmath.patch(mode="loops"):
+            before = _split_calls(f"exp {x.dtype.char}->{x.dtype.char}")
+            if expect is FloatingPointError:
+                with numpy.errstate(over=state), pytest.raises(expect, match="overflow"):
+                    numpy.exp(x)
+            else:
+                with numpy.errstate(over=state), pytest.warns(expect, match="overflow"):
+                    numpy.exp(x)
+            assert _split_calls(f"exp {x.dtype.char}->{x.dtype.char}") > before
+    with fastmath.patch(mode="loops"), numpy.errstate(all="raise"):
+        numpy.exp(x[:-3])  # nothing raised: no flag from anywhere
+    with fastmath.patch(mode="loops"), numpy.errstate(divide="raise"):
+        with pytest.raises(FloatingPointError, match="divide by zero"):
+            numpy.log(x)
+
+
+def test_reductions_accumulations_and_overlap_stay_numpys():
+    x = RNG.standard_normal(4 * N)
+    cases = [lambda: numpy.add.reduce(x), lambda: numpy.add.accumulate(x),
+             lambda: numpy.multiply.accumulate(x[:1000]), lambda: x.sum(), lambda: x.max(),
+             lambda: numpy.cumsum(x), lambda: numpy.exp(x[::-1]), lambda: numpy.exp(x[::3])]
+
+    def overlapping():
+        y = x.copy()
+        numpy.add(y[:-1], y[1:], out=y[1:])  # NumPy copies the input first: same here
+        return y
+
+    def in_place():
+        y = x.copy()
+        numpy.exp(y, out=y)
+        return y
+
+    for fn in cases + [overlapping, in_place]:
+        plain, patched = _both(fn)
+        _bitwise(plain, patched)
+
+
+def test_small_arrays_and_scalars_take_the_original_loop():
+    x = RNG.standard_normal(100)
+    key = "exp d->d"
+    calls, split = _loopmode.counts().get(key, (0, 0))
+    plain, patched = _both(lambda: [numpy.exp(x), numpy.exp(0.5), scipy.stats.norm.cdf(0.3)])
+    for a, b in zip(plain, patched):
+        _bitwise(a, b)
+    after = _loopmode.counts()[key]
+    assert after[0] > calls and after[1] == split
+
+
+def test_install_and_remove_while_eight_threads_compute():
+    # Installing and removing are atomic pointer stores and a loop's original is never
+    # freed: threads computing throughout must never crash or see a wrong bit.
+    code = textwrap.dedent("""
+        import threading, numpy, fastmath
+        rng = numpy.random.default_rng(0)
+        xs = [rng.standard_normal(n) for n in (10, 5000, 200_000, 700_000)]
+        expected = [(numpy.exp(x), x * x + 1.0, numpy.log1p(numpy.abs(x))) for x in xs]
+        stop = threading.Event()
+        bad = []
+        def work(k):
+            i = 0
+            while not stop.is_set():
+                j = (i + k) % len(xs)
+                x = xs[j]
+                got = (numpy.exp(x), x * x + 1.0, numpy.log1p(numpy.abs(x)))
+                for g, e in zip(got, expected[j]):
+                    if g.tobytes() != e.tobytes():
+                        bad.append(j)
+                i += 1
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for _ in range(60):
+            with fastmath.patch(mode="loops"):
+                pass
+        stop.set()
+        for t in threads:
+            t.join()
+        print("BAD", len(bad))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "BAD 0" in r.stdout
+
+
+def test_fork_child_computes_with_the_loops():
+    code = textwrap.dedent("""
+        import os, numpy, fastmath
+        x = numpy.random.default_rng(0).standard_normal(1_000_000)
+        expected = numpy.exp(x)
+        fastmath.patch.start("loops")
+        numpy.exp(x)  # the pool is up in the parent
+        pid = os.fork()
+        if pid == 0:
+            ok = numpy.exp(x).tobytes() == expected.tobytes()
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print("CHILD", os.waitstatus_to_exitcode(status))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert "CHILD 0" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+def test_another_thread_sees_the_loops_and_pool_contention_is_safe():
+    x = RNG.standard_normal(2 * N)
+    expected = numpy.exp(x)
+    results = []
+    with fastmath.patch(mode="loops"):
+        threads = [threading.Thread(target=lambda: results.append(numpy.exp(x)))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(results) == 4
+    for r in results:
+        _bitwise(r, expected)
+
+
+def test_scipy_errors_reported_from_the_callers_thread():
+    # SciPy reports special-function errors through Python from the thread computing; with
+    # a category not ignored when the mode starts, SciPy's loops are not split, so
+    # scipy.special.errstate raises exactly as without the mode.
+    x = numpy.zeros(4 * N)
+    x[-1] = -1.0  # gammaln's pole: "singular"
+    before = _split_calls("gammaln d->d")
+    with scipy.special.errstate(singular="raise"):
+        with fastmath.patch(mode="loops"):
+            with pytest.raises(scipy.special.SpecialFunctionError, match="singular"):
+                scipy.special.gammaln(x)
+            numpy.exp(x)
+    assert _split_calls("gammaln d->d") == before
+    with fastmath.patch(mode="loops"):
+        plain = scipy.special.gammaln(x[:-1])
+        assert _split_calls("gammaln d->d") > before
+    _bitwise(plain, scipy.special.gammaln(x[:-1]))
+
+
+def test_numpy_runs_every_installed_loop():
+    # NumPy 2 dispatches through ArrayMethods; for these legacy float loops it still looks
+    # the pointer up on each call. A loop it cached elsewhere would show no calls here.
+    with fastmath.patch(mode="loops"):
+        keys = {f"{u.__name__} {t}": u for u, t, _ in _loopmode._slots}
+        assert {"exp d->d", "multiply dd->d", "erf f->f", "expit d->d", "sqrt f->f"} <= set(keys)
+        for key, ufunc in keys.items():
+            dtype = numpy.dtype(key.split()[1][0])
+            before = _loopmode.counts()[key][0]
+            with numpy.errstate(all="ignore"):
+                ufunc(*[numpy.full(10, 0.5, dtype)] * ufunc.nin)
+            assert _loopmode.counts()[key][0] > before, key
