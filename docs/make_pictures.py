@@ -35,14 +35,14 @@ def bench(json_path):
 # (x, y, text) of each box; arrows between them below
 BOXES = {
     "user": (0.08, 0.5, "your code\nnp.exp(x)"),
-    "fe": (0.33, 0.5, "front end\n_ufunc.py, _reductions.py\nNumPy semantics: dtypes,\n"
-                      "out=, where=, scalars, errstate"),
+    "fe": (0.33, 0.5, "front end: _ufunc.py, _binary.py,\n_reductions.py -> _pipeline.py\n"
+                      "NumPy semantics: dtypes, out=, where=,\nscalars, errstate; _chain.py runs it"),
     "sel": (0.33, 0.14, "selection\n_selection.py\nscope, default, FASTMATH_BACKEND,\n"
                         "auto's cost table (_calibration.py)"),
     "reg": (0.33, 0.86, "registry\n_registry.py\none row per function"),
     "np": (0.78, 0.86, "numpy backend\nNumPy/SciPy loops\nover a thread pool"),
     "torch": (0.78, 0.62, "torch-cpu / torch-cuda\nzero-copy views, writes\ninto NumPy's output"),
-    "ne": (0.78, 0.40, "numexpr"),
+    "ne": (0.78, 0.40, "numexpr, mkl (Intel VML)\ninto NumPy's output"),
     "ref": (0.78, 0.14, "NumPy / SciPy directly\nsmall arrays under auto,\n"
                         "and what no backend takes"),
 }
