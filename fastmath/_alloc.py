@@ -19,8 +19,6 @@ first allocates a large output, and only under glibc.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import sys
 
 from ._numpy import np
@@ -43,6 +41,9 @@ def tune() -> bool:
     if _tuned is None:
         _tuned = False
         if sys.platform.startswith("linux"):
+            import ctypes  # here, not at import: ctypes.util alone costs several ms
+            import ctypes.util
+
             try:
                 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
                 mallopt = libc.mallopt
