@@ -99,12 +99,14 @@ def _compare(suite, args, mode, tmp_path, split_all=False):
 
 
 @pytest.mark.upstream
+@pytest.mark.slow  # other projects' suites in subprocesses: the full run only
 @pytest.mark.parametrize("suite", list(QUICK))
 def test_quick(suite, tmp_path):
     _compare(suite, QUICK[suite], "loops", tmp_path)
 
 
 @pytest.mark.upstream
+@pytest.mark.slow  # other projects' suites in subprocesses: the full run only
 def test_numpy_ufunc_tests_split_everything_quick(tmp_path):
     patched = _compare("numpy-ufuncs", QUICK["numpy-ufuncs"], "loops", tmp_path, split_all=True)
     assert patched["split_calls"] > 100

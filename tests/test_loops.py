@@ -177,6 +177,7 @@ def test_small_arrays_and_scalars_take_the_original_loop():
     assert after[0] > calls and after[1] == split
 
 
+@pytest.mark.slow
 def test_install_and_remove_while_eight_threads_compute():
     # Installing and removing are atomic pointer stores and a loop's original is never
     # freed: threads computing throughout must never crash or see a wrong bit.

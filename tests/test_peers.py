@@ -12,6 +12,7 @@ import scipy.special
 from fastmath import _peers
 
 
+@pytest.mark.slow
 def test_peers_grid_json_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "p.json", tmp_path / "p.png"

@@ -17,6 +17,9 @@ import fastmath
 
 from conftest import BACKENDS
 
+# each case runs in a fresh interpreter (seconds apiece): in the full run, not the quick one
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 HAS_TORCH = "torch-cpu" in BACKENDS
 HANG = 90  # seconds: far beyond what any case here takes when it works
