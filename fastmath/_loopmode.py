@@ -14,9 +14,8 @@ is time per element relative to NumPy's exp, as in the registry.
 """
 from __future__ import annotations
 
-import threading
-
 from . import _registry
+from ._nested import Nested
 
 # how many elements of exp-like cost a run must have before a second thread pays, and
 # how many each piece holds (pieces are handed out dynamically, so a busy core takes fewer)
@@ -33,8 +32,6 @@ _CHEAP = {"add", "subtract", "multiply", "divide", "true_divide", "negative", "p
 _CHEAP_COST = 0.25
 _FLOATS = set("fd")
 
-_lock = threading.Lock()
-_depth = 0
 _slots: list = []  # (ufunc, types, slot) installed
 _known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
 _why_not: str | None = None
@@ -105,27 +102,16 @@ def _sizes(cost, may_split):
     return max(_MIN_SPLIT, int(_SPLIT_AT / scale)), max(64, int(_PIECE / scale))
 
 
-def start(threads: int | None = None) -> None:
-    """Install the splitting loops (or count one more user)."""
-    global _depth
-    if _loops is None:
-        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
-    with _lock:
-        if _depth == 0:
-            from . import _config
+def _install(threads) -> None:
+    from . import _config
 
-            _loops.set_threads(threads or _config.get().num_threads)
-            try:
-                quiet = _scipy_quiet()
-                for ufunc, index, types, cost, numpys in _targets():
-                    split_at, piece = _sizes(cost, quiet or numpys)
-                    slot = _loops.replace(ufunc, index, split_at, piece)
-                    _slots.append((ufunc, types, slot))
-                    _known[slot] = f"{ufunc.__name__} {types}"
-            except BaseException:
-                _restore()
-                raise
-        _depth += 1
+    _loops.set_threads(threads or _config.get().num_threads)
+    quiet = _scipy_quiet()
+    for ufunc, index, types, cost, numpys in _targets():
+        split_at, piece = _sizes(cost, quiet or numpys)
+        slot = _loops.replace(ufunc, index, split_at, piece)
+        _slots.append((ufunc, types, slot))
+        _known[slot] = f"{ufunc.__name__} {types}"
 
 
 def _restore() -> None:
@@ -133,27 +119,32 @@ def _restore() -> None:
         _loops.restore(_slots.pop()[2])
 
 
+_installed = Nested(_install, _restore,
+                    "fastmath.patch.stop(mode='loops') called with no active patch")
+
+
+def start(threads: int | None = None) -> None:
+    """Install the splitting loops (or count one more user)."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    _installed.start(threads)
+
+
 def stop() -> None:
     """End one :func:`start`; the last one puts NumPy's and SciPy's loops back, exactly."""
-    global _depth
-    with _lock:
-        if _depth == 0:
-            raise RuntimeError("fastmath.patch.stop(mode='loops') called with no active patch")
-        _depth -= 1
-        if _depth == 0:
-            _restore()
+    _installed.stop()
 
 
 def active() -> bool:
     """Whether the splitting loops are installed now."""
-    return _depth > 0
+    return _installed.active()
 
 
 def counts() -> dict:
     """``{"exp d->d": (calls, split calls), ...}``: what the loop mode ran since the
     process started, for every loop it has installed."""
     out: dict = {}
-    with _lock:
+    with _installed.lock:
         for slot, key in _known.items():  # a ufunc may list one signature twice
             calls, split = _loops.counts(slot)
             before = out.get(key, (0, 0))

@@ -23,13 +23,11 @@ import contextlib
 import copyreg
 import importlib
 import sys
-import threading
 
 from . import _loopmode, _registry
+from ._nested import Nested
 
 MODES = ("functions", "loops", "both")
-_lock = threading.Lock()
-_depth = 0
 _saved: list = []  # (module, attribute, original object, was it in the module's __dict__)
 _modules_before: set = set()  # sys.modules' names when the swap began
 _numpy_reduce = None  # NumPy's pickle reducer for ufuncs, while ours stands in
@@ -122,26 +120,9 @@ def _modes(mode: str) -> tuple:
             "both": ("functions", "loops")}[mode]
 
 
-def _start_functions() -> None:
-    global _depth
-    with _lock:
-        if _depth == 0:
-            try:
-                _swap_in()
-            except BaseException:
-                _restore()
-                raise
-        _depth += 1
-
-
-def _stop_functions() -> None:
-    global _depth
-    with _lock:
-        if _depth == 0:
-            raise RuntimeError("fastmath.patch.stop() called with no active patch")
-        _depth -= 1
-        if _depth == 0:
-            _restore()
+_swapped = Nested(_swap_in, _restore,
+                  "fastmath.patch.stop() called with no active patch")
+_start_functions, _stop_functions = _swapped.start, _swapped.stop
 
 
 def start(mode: str = "functions") -> None:
@@ -172,7 +153,7 @@ def stop(mode: str = "functions") -> None:
 
 def active(mode: str = "functions") -> bool:
     """Whether a patch of that mode is in place now (``"both"``: both kinds are)."""
-    flags = {"functions": _depth > 0, "loops": _loopmode.active()}
+    flags = {"functions": _swapped.active(), "loops": _loopmode.active()}
     return all(flags[part] for part in _modes(mode))
 
 
