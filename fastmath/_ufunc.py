@@ -180,7 +180,6 @@ _config.on_reload(_forget_small)
 
 
 Ufunc.__doc__ = _Doc(Ufunc.__doc__)
-_describe = _chain.describe
 
 
 def _lookup(name):
