@@ -1,4 +1,4 @@
-"""Build steps pyproject.toml cannot declare: the optional C extension fastmath._loops (the
+"""Build steps pyproject.toml cannot declare: the optional C extension fastmath.integrations._loops (the
 loop mode of fastmath.patch) and the FASTMATH_PATCH start-up hook.
 
 The extension is optional: without a C compiler (or NumPy's headers) the package installs
@@ -79,7 +79,7 @@ except ImportError:  # setuptools without PEP 660 editable wheels
     pass
 
 setup(
-    ext_modules=[_Extension("fastmath._loops", ["fastmath/_loops.c"], optional=True,
+    ext_modules=[_Extension("fastmath.integrations._loops", ["fastmath/integrations/_loops.c"], optional=True,
                             extra_compile_args=["-O2", "-std=c11"])],
     cmdclass=cmdclass,
 )

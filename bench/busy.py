@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import fastmath
-from fastmath import _bench
+from fastmath.tools import _bench
 
 
 def _spin(core):
@@ -39,7 +39,7 @@ def _torch_call(name):
         import torch  # noqa: F401 - only to know it is there
     except ImportError:
         return None
-    from fastmath._peers import _torch_into_numpy
+    from fastmath.tools._peers import _torch_into_numpy
 
     return _torch_into_numpy(name)
 

@@ -4,7 +4,7 @@ For float32 and float64 arrays of each size: host-to-device copy throughput from
 and from pinned memory, the torch-cuda pipeline's throughput (input bytes per second) for
 exp and erf with its share of the pinned copy rate, the pipeline against numpy and the
 CPU backends, and device-resident calls against the same raw torch call. Ends with the
-calibration rows ``auto`` would need for host data (see fastmath/_calibration.py).
+calibration rows ``auto`` would need for host data (see fastmath/dispatch/_calibration.py).
 Exits with status 2 and a message when torch sees no CUDA device.
 """
 import argparse
@@ -101,7 +101,7 @@ for dtype in ("float32", "float64"):
                   f"{row[f'{name}_raw_torch']:.1f} GB/s "
                   f"({row[f'{name}_resident_share']:.0%})")
 
-# Rows in fastmath/_calibration.py's format: from the smallest measured size where the
+# Rows in fastmath/dispatch/_calibration.py's format: from the smallest measured size where the
 # pipeline beat every CPU backend, torch-cuda first (sizes between grid points unmeasured).
 table = {name: {dt: [[n, ["torch-cuda", "numpy"]]] for dt, n in by.items()}
          for name, by in crossovers.items()}

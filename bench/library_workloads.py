@@ -27,8 +27,8 @@ warnings.filterwarnings("ignore")  # convergence chatter from the fits: the same
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fastmath  # noqa: E402
-from fastmath import _loopmode  # noqa: E402
-from fastmath._ufunc import Ufunc  # noqa: E402
+from fastmath.integrations import _loopmode  # noqa: E402
+from fastmath.frontends._ufunc import Ufunc  # noqa: E402
 
 
 def workloads(quick: bool):

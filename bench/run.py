@@ -1,7 +1,7 @@
 """Benchmark grid: python bench/run.py [--quick] [--json FILE] (see --help)."""
 import argparse
 
-from fastmath import _bench
+from fastmath.tools import _bench
 
 p = argparse.ArgumentParser(description=__doc__)
 _bench.add_arguments(p)

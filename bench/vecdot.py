@@ -5,7 +5,7 @@ For (500, 500), (100000, 64), (64, 100000), (32, 512, 512) in float32 and float6
 the other formulations fastmath chooses among, and fastmath's own calls. Rounds are
 interleaved (a noisy neighbour slows every column alike); each cell is the median wall
 time and, in brackets, the median process CPU time (threads add theirs). The shape rule
-in fastmath/_linalg.py is read off these tables.
+in fastmath/frontends/_linalg.py is read off these tables.
 
 python bench/vecdot.py [--rounds 7] [--quick]
 """
@@ -15,7 +15,8 @@ import time
 import numpy as np
 
 import fastmath
-from fastmath import _linalg, _parallel
+from fastmath.frontends import _linalg
+from fastmath.dispatch import _parallel
 
 SHAPES = [(500, 500), (100000, 64), (64, 100000), (32, 512, 512)]
 # the matmul pattern timed on each shape: the Gram-matrix forms on the long thin ones

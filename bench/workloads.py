@@ -27,7 +27,7 @@ import numpy as np
 import scipy.special as sc
 
 import fastmath
-from fastmath import _blockwise
+from fastmath.integrations import _blockwise
 
 SQRT2 = np.sqrt(2.0)
 
@@ -128,7 +128,7 @@ def variants(fn, mode, expr, env):
     if expr is not None:
         import numexpr
 
-        numexpr.set_num_threads(fastmath._parallel.threads())
+        numexpr.set_num_threads(fastmath.dispatch._parallel.threads())
         out["numexpr"] = lambda *_: numexpr.evaluate(expr, local_dict=env)
     return out
 
@@ -251,7 +251,7 @@ def main():
     if a.only:
         keep = [s.strip().lower() for s in a.only.split(",")]
         items = [it for it in items if it[0].lower() in keep]
-    print(f"{cpu()}, {fastmath._parallel.threads()} "
+    print(f"{cpu()}, {fastmath.dispatch._parallel.threads()} "
           f"threads, numpy {np.__version__}; n = {n:.0e}, median of {rounds} interleaved "
           f"rounds; load average before: {load()}")
     results = {}
@@ -268,7 +268,7 @@ def main():
     if a.block_sweep:
         block_sweep(items, max(3, rounds // 2))
     if a.plot:
-        plot(results, a.plot, f"{cpu()}, {fastmath._parallel.threads()} threads; n = {n:.0e} "
+        plot(results, a.plot, f"{cpu()}, {fastmath.dispatch._parallel.threads()} threads; n = {n:.0e} "
                               f"float64 (GMM: n/10 x 2); load average {load()}")
 
 

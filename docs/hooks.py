@@ -1,6 +1,6 @@
 """mkdocs hooks: pages made from the code at build time.
 
-docs/functions.md is the registry's table, made by ``fastmath._docs``; docs/accuracy.md and
+docs/functions.md is the registry's table, made by ``fastmath.tools._docs``; docs/accuracy.md and
 docs/dask.md are pages of their own once written (bench/accuracy.py makes the first), and
 until then a page here says so. A page present in docs/ always wins.
 
@@ -38,7 +38,7 @@ _PENDING = {
 def on_files(files, config):
     present = {f.src_uri for f in files}
     if "functions.md" not in present:
-        from fastmath._docs import function_table
+        from fastmath.tools._docs import function_table
 
         files.append(File.generated(config, "functions.md", content=function_table()))
     for name, text in _PENDING.items():

@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from fastmath import _bench  # noqa: E402
+from fastmath.tools import _bench  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
 
@@ -35,14 +35,15 @@ def bench(json_path):
 # (x, y, text) of each box; arrows between them below
 BOXES = {
     "user": (0.08, 0.5, "your code\nnp.exp(x)"),
-    "fe": (0.33, 0.5, "front end: _ufunc.py, _binary.py,\n_reductions.py -> _pipeline.py\n"
-                      "NumPy semantics: dtypes, out=, where=,\nscalars, errstate; _chain.py runs it"),
-    "sel": (0.33, 0.14, "selection\n_selection.py\nscope, default, FASTMATH_BACKEND,\n"
-                        "auto's cost table (_calibration.py)"),
+    "fe": (0.33, 0.5, "frontends/: _ufunc, _binary,\n_reductions -> _pipeline\n"
+                      "NumPy semantics: dtypes, out=, where=,\nscalars, errstate; "
+                      "dispatch/_chain runs it"),
+    "sel": (0.33, 0.14, "dispatch/_selection\nscope, default, FASTMATH_BACKEND,\n"
+                        "auto's cost table (dispatch/_calibration)"),
     "reg": (0.33, 0.86, "registry\n_registry.py\none row per function"),
-    "np": (0.78, 0.86, "numpy backend\nNumPy/SciPy loops\nover a thread pool"),
-    "torch": (0.78, 0.62, "torch-cpu / torch-cuda\nzero-copy views, writes\ninto NumPy's output"),
-    "ne": (0.78, 0.40, "numexpr, mkl (Intel VML)\ninto NumPy's output"),
+    "np": (0.78, 0.86, "backends/numpy\nNumPy/SciPy loops\nover a thread pool"),
+    "torch": (0.78, 0.62, "backends/torch: torch-cpu, torch-cuda\nzero-copy views, writes\ninto NumPy's output"),
+    "ne": (0.78, 0.40, "backends/numexpr, backends/mkl\n(Intel VML) into NumPy's output"),
     "ref": (0.78, 0.14, "NumPy / SciPy directly\nsmall arrays under auto,\n"
                         "and what no backend takes"),
 }
@@ -79,10 +80,51 @@ def architecture():
     plt.close(fig)
 
 
+# the sub-packages, top to bottom in the order they build on each other
+PACKAGES = {
+    "top": (0.5, 0.92, "fastmath/  the namespace: __init__ (NumPy's names + fastmath's), special, foreach;\n"
+                       "_registry (one row per function), _numpy, _startup (FASTMATH_PATCH hook)"),
+    "tools": (0.17, 0.66, "tools/\ncli, _args, _bench, _peers,\n_calibrate, _check, _explain,\n"
+                          "_info, _table, _docs"),
+    "int": (0.5, 0.66, "integrations/\n_patch, _loopmode, _loops.c,\n_accelerate, _blockwise,\n"
+                       "_dask, foreach, _nested"),
+    "fe": (0.83, 0.66, "frontends/\n_pipeline (one per call kind),\n_ufunc, _binary, _elementwise,"
+                       "\n_reductions, _linalg, _native"),
+    "disp": (0.5, 0.36, "dispatch/\n_selection, _calibration, _chain (one fault policy),\n"
+                        "_config, _fpe, _parallel (thread pool), _alloc, _log, _hardware"),
+    "be": (0.5, 0.08, "backends/\nnumpy, torch (cpu, cuda), numexpr, mkl:\none module each, "
+                      "none imports another"),
+}
+USES = [("tools", "disp"), ("int", "disp"), ("fe", "disp"), ("disp", "be"),
+        ("int", "fe"), ("tools", "int")]
+
+
+def layout():
+    fig, ax = plt.subplots(figsize=(10, 5.6))
+    ax.set_axis_off()
+    boxes = {}
+    for key, (x, y, text) in PACKAGES.items():
+        t = ax.text(x, y, text, ha="center", va="center", fontsize=8.5,
+                    bbox=dict(boxstyle="round,pad=0.5",
+                              facecolor="#e8f0fe" if key != "top" else "#f5f5f5", edgecolor="#555"))
+        boxes[key] = t.get_bbox_patch()
+    for a, b in USES:
+        down = PACKAGES[a][1] > PACKAGES[b][1]
+        ax.annotate("", xy=(.5, 1) if down else (0, .5), xycoords=boxes[b],
+                    xytext=(.5, 0) if down else (1, .5), textcoords=boxes[a],
+                    arrowprops=dict(arrowstyle="->", color="#333", shrinkA=2, shrinkB=2))
+    ax.set_title("Where the code lives: each arrow reads \"imports\"; the namespace builds on all",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(IMG / "layout.png", dpi=110)
+    plt.close(fig)
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--bench-json", help="draw from this `fastmath bench --json` file")
     args = p.parse_args()
     IMG.mkdir(exist_ok=True)
     architecture()
+    layout()
     bench(args.bench_json)

@@ -18,15 +18,15 @@ from __future__ import annotations
 import numpy as _np
 
 from . import _registry
-from ._patch import patch
-from .accelerate import accelerate
-from ._reductions import log_softmax, logsumexp, softmax
-from ._selection import (FallbackError, available_backends, backend, get_backend,
-                         set_backend)
-from ._binary import BinaryUfunc
-from ._elementwise import Function
-from ._linalg import einsum, vecdot
-from ._ufunc import Ufunc
+from .integrations._patch import patch
+from .integrations._accelerate import accelerate
+from .frontends._reductions import log_softmax, logsumexp, softmax
+from .dispatch._selection import (FallbackError, available_backends, backend, get_backend,
+                                  set_backend)
+from .frontends._binary import BinaryUfunc
+from .frontends._elementwise import Function
+from .frontends._linalg import einsum, vecdot
+from .frontends._ufunc import Ufunc
 
 # fastmath's own version (pyproject.toml reads it from here); __version__ stays NumPy's
 fastmath_version = "0.1.0"
@@ -71,7 +71,7 @@ def info() -> dict:
     >>> d["selection"]["backend"]
     'auto'
     """
-    from ._info import collect
+    from .tools._info import collect
 
     return collect()
 
@@ -140,7 +140,7 @@ def explain(func, x, y=None):
     >>> fastmath.explain(fastmath.exp, numpy.ones(10)).backend
     'reference'
     """
-    from ._explain import explain as _explain
+    from .tools._explain import explain as _explain
 
     return _explain(func, x, y)
 

@@ -21,7 +21,7 @@ _OFF = {"", "0", "false", "no", "off"}
 
 def resolve(value: str) -> str | None:
     """The patch mode a FASTMATH_PATCH value asks for; None for none; ValueError if bad."""
-    from . import _loopmode, _patch
+    from .integrations import _loopmode, _patch
 
     value = value.strip().lower()
     if value in _OFF:
@@ -41,7 +41,7 @@ def from_environment() -> None:
     try:
         mode = resolve(os.environ.get("FASTMATH_PATCH", ""))
         if mode is not None:
-            from . import _patch
+            from .integrations import _patch
 
             _patch.start(mode)
     except (ValueError, RuntimeError) as e:
@@ -55,7 +55,7 @@ def run(mode: str, target: str, args: list, module: bool = False) -> int:
     """
     import runpy
 
-    from . import _patch
+    from .integrations import _patch
 
     _patch.start(mode)
     os.environ["FASTMATH_PATCH"] = mode

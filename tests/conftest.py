@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _check
+from fastmath.tools import _check
 
 BACKENDS = [b for b in ("numpy", "torch-cpu", "numexpr", "torch-cuda", "mkl")
             if b in fastmath.available_backends()] + ["auto"]

@@ -1,10 +1,10 @@
 """Observe which fastmath front ends a piece of code entered (a profiler, no stand-ins)."""
 import sys
 
-from fastmath import _reductions
-from fastmath._binary import BinaryUfunc
-from fastmath._elementwise import Function
-from fastmath._ufunc import Ufunc
+from fastmath.frontends import _reductions
+from fastmath.frontends._binary import BinaryUfunc
+from fastmath.frontends._elementwise import Function
+from fastmath.frontends._ufunc import Ufunc
 
 _ENTRIES = {cls._fast.__code__: lambda f: f.f_locals["self"].__name__
             for cls in (Ufunc, BinaryUfunc, Function)}

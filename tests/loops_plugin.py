@@ -16,7 +16,7 @@ def pytest_configure(config):
     mode = os.environ.get("FASTMATH_LOOPS_MODE")
     if mode:
         import fastmath
-        from fastmath import _loopmode
+        from fastmath.integrations import _loopmode
 
         if os.environ.get("FASTMATH_LOOPS_SPLIT_ALL"):
             # split every run of 2 or more elements: the tests' small arrays then take the
@@ -37,7 +37,7 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session, exitstatus):
     path = os.environ.get("FASTMATH_LOOPS_REPORT")
     if path:
-        from fastmath import _loopmode
+        from fastmath.integrations import _loopmode
 
         counts = _loopmode.counts() if _loopmode.available() else {}
         with open(path, "w") as f:

@@ -1,4 +1,4 @@
-"""fastmath._alloc: large outputs recycle freed memory (no page faults the second time)
+"""fastmath.dispatch._alloc: large outputs recycle freed memory (no page faults the second time)
 and are ordinary NumPy arrays that own their memory."""
 import subprocess
 import sys
@@ -7,11 +7,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from fastmath import _alloc
+from fastmath.dispatch import _alloc
 
 FAULTS = textwrap.dedent("""
     import resource, numpy as np
-    from fastmath import _alloc
+    from fastmath.dispatch import _alloc
     x = np.ones(10**7)  # 80 MB, past glibc's own recycling
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -41,7 +41,7 @@ def test_large_outputs_reuse_mapped_memory():
 
 
 def test_plain_numpy_allocation_is_left_alone_until_a_large_output():
-    out = subprocess.run([sys.executable, "-c", "import numpy as np; from fastmath import _alloc; "
+    out = subprocess.run([sys.executable, "-c", "import numpy as np; from fastmath.dispatch import _alloc; "
                           "_alloc.empty_like(np.ones(1000)); print(_alloc._tuned)"],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "None"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _bench
+from fastmath.tools import _bench
 
 
 @pytest.mark.slow
@@ -46,7 +46,7 @@ def test_bench_table_json_plot_and_summary(tmp_path):
 
 def test_plot_without_matplotlib_fails_before_timing(tmp_path):
     code = ("import sys; sys.modules['matplotlib'] = None\n"  # as if it were not installed
-            "from fastmath.cli import main\n"
+            "from fastmath.tools.cli import main\n"
             "main(['bench', '--quick', '--plot', sys.argv[1]])")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.png")],
                        capture_output=True, text=True, timeout=120)
@@ -58,7 +58,7 @@ def test_plot_without_matplotlib_fails_before_timing(tmp_path):
 
 def test_no_plot_and_no_matplotlib_say_where_the_plot_went(tmp_path):
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from fastmath.cli import main\n"
+            "from fastmath.tools.cli import main\n"
             "main(['bench', '--quick', '--functions', 'exp', '--dtypes', 'float64',"
             " '--sizes', '10', '--rounds', '1'])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

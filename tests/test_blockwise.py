@@ -12,7 +12,8 @@ import pytest
 import scipy.special as sc
 
 import fastmath
-from fastmath import _blockwise, _config, _parallel
+from fastmath.integrations import _blockwise
+from fastmath.dispatch import _config, _parallel
 
 from conftest import assert_same
 

@@ -13,13 +13,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_without_the_extension_the_loop_mode_says_why():
-    # fastmath._loops made unimportable, as in an installation built without a compiler
+    # fastmath.integrations._loops made unimportable, as in an installation built without a compiler
     code = textwrap.dedent("""
         import sys
         class Block:
             def find_spec(self, name, path=None, target=None):
-                if name == "fastmath._loops":
-                    raise ImportError("no module named fastmath._loops")
+                if name == "fastmath.integrations._loops":
+                    raise ImportError("no module named fastmath.integrations._loops")
         sys.meta_path.insert(0, Block())
         import numpy, fastmath
         print(fastmath.patch.why_unavailable())
@@ -33,7 +33,7 @@ def test_without_the_extension_the_loop_mode_says_why():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     lines = r.stdout.splitlines()
-    assert "fastmath._loops extension is not built" in lines[0], r.stderr
+    assert "fastmath.integrations._loops extension is not built" in lines[0], r.stderr
     assert lines[1].startswith("RAISED fastmath.patch(mode='loops') is unavailable: ")
     assert "pip install" in lines[1] and lines[2] == "FUNCTIONS True"
 

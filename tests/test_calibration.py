@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _bench, _calibrate, _calibration, _config, _selection
+from fastmath.tools import _bench, _calibrate
+from fastmath.dispatch import _calibration, _config, _selection
 from fastmath._registry import BY_NAME
 
 SIZES = [100, 1000, 10_000, 100_000]

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _check, _config, _registry, backends, cli
+from fastmath.tools import _check, cli
+from fastmath.dispatch import _calibration, _config
+from fastmath import _registry, backends
 from fastmath._registry import BY_NAME, ROWS, Spec
 
 
@@ -257,7 +259,7 @@ def test_info_shows_the_calibration_file_in_force(cache_dir, capsys):
 
 def test_info_says_why_a_calibration_file_is_not_used(cache_dir):
     cache_dir.parent.mkdir(parents=True)
-    data = json.loads((Path(_check.__file__).with_name("calibration-defaults.json")).read_text())
+    data = json.loads(_calibration.DEFAULTS_PATH.read_text())
     data["machine"] = {"cpu": "another"}
     cache_dir.write_text(json.dumps(data))
     with pytest.warns(_config.ConfigWarning, match="another machine"):
@@ -272,7 +274,7 @@ def test_info_settings_are_a_table_not_a_dict(capsys):
     assert "{'value'" not in out and "'source'" not in out
     for name in fastmath.info()["settings"]:
         assert re.search(rf"^\W*{name}\b", out, re.M), name
-    from fastmath._info import render  # the plain text shown without rich
+    from fastmath.tools._info import render  # the plain text shown without rich
 
     plain = render(fastmath.info())
     assert "{'value'" not in plain and "calibration None" not in plain

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _config, _parallel
+from fastmath.dispatch import _config, _parallel
 from fastmath._registry import ROWS
 
 from conftest import BACKENDS

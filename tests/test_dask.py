@@ -17,7 +17,7 @@ da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 
 import fastmath  # noqa: E402
-import fastmath.dask  # noqa: E402
+import fastmath.integrations._dask  # noqa: E402
 from fastmath._registry import ROWS  # noqa: E402
 
 from conftest import assert_same  # noqa: E402
@@ -150,15 +150,15 @@ def test_logsumexp_infinities_and_nans_across_chunks(client):
 
 
 def _plans():
-    import fastmath._selection
+    import fastmath.dispatch._selection
 
-    return sorted(fastmath._selection._plans)
+    return sorted(fastmath.dispatch._selection._plans)
 
 
 def test_backend_travels_to_the_workers(client):
     x = da.from_array(np.linspace(0.5, 4, 5000), chunks=1000)
     for name in [b for b in fastmath.available_backends() if b != "auto"]:
-        client.run(lambda: __import__("fastmath")._selection._plans.clear())
+        client.run(lambda: __import__("fastmath.dispatch._selection").dispatch._selection._plans.clear())
         with fastmath.backend(name):
             y = fastmath.log(x)
             z = fastmath.logsumexp(x.reshape(50, 100), axis=1)
@@ -188,7 +188,7 @@ def test_unavailable_backend_on_a_worker_falls_back_and_logs_once(client):
 
     client.run(listen, workers=[worker])
     x = np.linspace(-2, 2, 1001)
-    futures = [client.submit(fastmath.dask._ufunc_chunk, x, "exp", "torch-cuda", {},
+    futures = [client.submit(fastmath.integrations._dask._ufunc_chunk, x, "exp", "torch-cuda", {},
                              workers=[worker], pure=False) for _ in range(3)]
     for got in client.gather(futures):
         assert_same(got, np.exp(x))

@@ -99,7 +99,7 @@ def test_a_bad_variable_warns_at_the_callers_import_line(tmp_path):
     script.write_text("import warnings\nwarnings.simplefilter('always')\n"
                       "with warnings.catch_warnings(record=True) as w:\n"
                       "    import fastmath  # line 4\n"
-                      "    fastmath._config.reload()  # line 5\n"
+                      "    fastmath.dispatch._config.reload()  # line 5\n"
                       "print([(x.filename, x.lineno, x.category.__name__) for x in w])\n")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _check, _log, _selection
+from fastmath.tools import _check
+from fastmath.dispatch import _log, _selection
 from fastmath._registry import ALIASES, BY_NAME, ROWS
 
 

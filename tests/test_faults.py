@@ -6,7 +6,8 @@ import pytest
 import scipy.special
 
 import fastmath
-from fastmath import _selection, backends
+from fastmath.dispatch import _selection
+from fastmath import backends
 from fastmath._registry import BY_NAME, ROWS
 
 from conftest import BACKENDS, assert_same

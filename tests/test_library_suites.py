@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy
 import pytest
 
-from fastmath import _loopmode
+from fastmath.integrations import _loopmode
 
 SITE = Path(numpy.__file__).parent.parent
 TESTS = Path(__file__).parent

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _config, _log
+from fastmath.dispatch import _config, _log
 
 HAS_TORCH = "torch-cpu" in fastmath.available_backends()
 

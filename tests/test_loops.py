@@ -17,7 +17,7 @@ import scipy.special
 import scipy.stats
 
 import fastmath
-from fastmath import _loopmode
+from fastmath.integrations import _loopmode
 
 pytestmark = pytest.mark.skipif(not _loopmode.available(),
                                 reason=str(_loopmode.why_unavailable()))
@@ -99,11 +99,11 @@ def test_removal_restores_numpys_loops_exactly():
     with fastmath.patch(mode="loops"):
         assert fastmath.patch.active("loops") and not fastmath.patch.active("functions")
         for _, _, slot in _loopmode._slots:
-            assert fastmath._loops.installed(slot)
+            assert fastmath.integrations._loops.installed(slot)
             slots_seen.append(slot)
         assert len(slots_seen) > 100
     assert not fastmath.patch.active("loops")
-    assert not any(fastmath._loops.installed(s) for s in slots_seen)
+    assert not any(fastmath.integrations._loops.installed(s) for s in slots_seen)
     # installing again reuses the same slots: each loop's original was saved once
     with fastmath.patch(mode="loops"):
         assert sorted(s for _, _, s in _loopmode._slots) == sorted(slots_seen)

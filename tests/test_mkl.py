@@ -115,7 +115,7 @@ def test_power_with_one_exponent_runs_vml_and_matches_numpy():
 def test_chunks_run_on_pool_threads_with_mkl_single_threaded():
     import threading
 
-    from fastmath import _parallel
+    from fastmath.dispatch import _parallel
     from fastmath.backends import mkl
 
     lib = mkl.load()
@@ -139,7 +139,7 @@ def test_chunks_run_on_pool_threads_with_mkl_single_threaded():
 
 @needs_mkl
 def test_forced_mkl_runs_its_kernel_and_matches_the_reference():
-    from fastmath import _selection
+    from fastmath.dispatch import _selection
 
     x = np.random.default_rng(0).uniform(-5, 5, 200_000)
     with fastmath.backend("mkl"):

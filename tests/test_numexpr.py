@@ -5,7 +5,7 @@ import pytest
 import scipy.special
 
 import fastmath
-from fastmath import _config
+from fastmath.dispatch import _config
 from fastmath._registry import ROWS
 
 pytestmark = pytest.mark.skipif("numexpr" not in fastmath.available_backends(),

@@ -27,7 +27,7 @@ def test_sdist_has_the_tests_helpers_and_license(tmp_path):
                                         if m.name.endswith("/PKG-INFO"))).read().decode()
     tests = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("*.py")}
     assert tests <= names, sorted(tests - names)  # conftest, frontends, upstream_plugin too
-    assert {"LICENSE", "mkdocs.yml", "fastmath/calibration-defaults.json"} <= names
+    assert {"LICENSE", "mkdocs.yml", "fastmath/dispatch/calibration-defaults.json"} <= names
     assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")} <= names
     assert "License-Expression: BSD-3-Clause" in pkg_info
     assert "License-File: LICENSE" in pkg_info

@@ -25,7 +25,7 @@ SPECIALS = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 10.0, -10.0, 100.0, -100.0, 70
 def big_size(spec, dtype):
     """Elements past the numpy backend's threading threshold and every auto row, rounded
     up to whole rows of 1000 (the costlier the function, the fewer it takes)."""
-    from fastmath._calibration import rows
+    from fastmath.dispatch._calibration import rows
     from fastmath.backends.numpy import PARALLEL_MIN_BYTES
 
     n = PARALLEL_MIN_BYTES / spec.cost / np.dtype(dtype).itemsize

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath._fpe import recorded, suspects
+from fastmath.dispatch._fpe import recorded, suspects
 from fastmath._registry import ROWS
 
 from conftest import BACKENDS, assert_same

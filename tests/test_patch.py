@@ -12,7 +12,7 @@ import scipy.special
 
 import fastmath
 from fastmath import _registry
-from fastmath._ufunc import Ufunc
+from fastmath.frontends._ufunc import Ufunc
 
 from conftest import BACKENDS, assert_same
 

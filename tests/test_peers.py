@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.special
 
-from fastmath import _peers
+from fastmath.tools import _peers
 
 
 @pytest.mark.slow

@@ -267,7 +267,8 @@ def call_args(spec, n=3000):
 
 @pytest.mark.parametrize("spec", ROWS, ids=ids(ROWS))
 def test_a_failing_kernel_is_followed_by_the_next_with_one_warning(spec, monkeypatch):
-    from fastmath import _selection, backends
+    from fastmath.dispatch import _selection
+    from fastmath import backends
 
     numpy_kernel = backends.get("numpy").kernel(spec)
     monkeypatch.setattr(_selection, "plan", lambda *a: (("failing", failing(numpy_kernel)),
@@ -286,7 +287,7 @@ def test_a_failing_kernel_is_followed_by_the_next_with_one_warning(spec, monkeyp
 def test_every_kind_logs_where_it_ran(spec, caplog):
     import logging
 
-    from fastmath import _log
+    from fastmath.dispatch import _log
 
     caplog.set_level(logging.DEBUG, logger="fastmath")
     _log.refresh()

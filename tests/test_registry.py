@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _config, _registry, backends, foreach, special
+from fastmath.dispatch import _config
+from fastmath import _registry, backends, special
+from fastmath import foreach
 from fastmath._registry import BY_NAME, ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +40,7 @@ def test_every_table_keyed_by_function_name_has_every_row():
 
 
 def test_the_calibration_defaults_have_every_row():
-    table = json.loads((ROOT / "fastmath" / "calibration-defaults.json").read_text())["table"]
+    table = json.loads((ROOT / "fastmath" / "dispatch" / "calibration-defaults.json").read_text())["table"]
     assert not NAMES - set(table), sorted(NAMES - set(table))
 
 
@@ -109,7 +111,7 @@ def test_sample_is_in_the_domain_where_the_reference_is_finite(row, dtype):
 
 
 def test_the_docs_function_table_has_a_column_per_backend_and_every_kernel():
-    from fastmath import _docs
+    from fastmath.tools import _docs
 
     lines = _docs.function_table().splitlines()
     header = next(line for line in lines if line.startswith("| function |"))

@@ -185,7 +185,7 @@ def test_first_calls_from_many_threads_at_once(backend, tmp_path):
 # --- interrupts ------------------------------------------------------------------------
 
 def test_a_failing_task_cancels_the_tasks_not_started():
-    from fastmath import _parallel
+    from fastmath.dispatch import _parallel
 
     if _parallel.threads() < 2:
         pytest.skip("needs two threads")
@@ -218,7 +218,7 @@ def _interrupted_tasks(whole):
     import threading
     import time
 
-    from fastmath import _parallel
+    from fastmath.dispatch import _parallel
 
     started, finished, interrupted = [], [], []
     lock = threading.Lock()
@@ -247,7 +247,7 @@ def _interrupted_tasks(whole):
 
 
 def test_an_interrupt_starts_no_further_chunk():
-    from fastmath import _parallel
+    from fastmath.dispatch import _parallel
 
     if _parallel.threads() < 2:
         pytest.skip("needs two threads")
@@ -256,7 +256,7 @@ def test_an_interrupt_starts_no_further_chunk():
 
 
 def test_an_interrupt_writing_the_callers_out_lets_every_chunk_finish():
-    from fastmath import _parallel
+    from fastmath.dispatch import _parallel
 
     if _parallel.threads() < 2:
         pytest.skip("needs two threads")
@@ -366,7 +366,7 @@ def _hostile(kind, tmp_path):
     else:
         import json
 
-        from fastmath import _calibration
+        from fastmath.dispatch import _calibration
 
         value = {"infinity": "Infinity", "nan": "NaN", "1e999": "1e999"}[kind]
         times = {"reference": [1e-6, 1e-5], "numpy": [2e-6, 5e-6]}
@@ -403,7 +403,8 @@ def test_environments_sharing_a_file_keep_their_own_tables(tmp_path, monkeypatch
     import json
     import warnings
 
-    from fastmath import _calibrate, _calibration, _config
+    from fastmath.tools import _calibrate
+    from fastmath.dispatch import _calibration, _config
 
     path = tmp_path / "calibration.json"
     theirs = {"format": 1, "machine": dict(_calibration.machine(), versions={"numpy": "0.1"}),
@@ -430,7 +431,7 @@ def test_environments_sharing_a_file_keep_their_own_tables(tmp_path, monkeypatch
 def test_calibrate_to_an_unwritable_path_fails_before_measuring(tmp_path):
     import io
 
-    from fastmath import _calibrate
+    from fastmath.tools import _calibrate
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _config, _selection
+from fastmath.dispatch import _config, _selection
 
 HAS_TORCH = "torch-cpu" in fastmath.available_backends()
 HAS_GPU = "torch-cuda" in fastmath.available_backends()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fastmath import _loopmode
+from fastmath.integrations import _loopmode
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = textwrap.dedent("""

@@ -15,7 +15,9 @@ import scipy.special
 torch = pytest.importorskip("torch")
 
 import fastmath  # noqa: E402
-from fastmath import _config, _native, _selection, backends  # noqa: E402
+from fastmath.dispatch import _config, _selection
+from fastmath.frontends import _native
+from fastmath import backends  # noqa: E402
 from fastmath._registry import BY_NAME, ROWS  # noqa: E402
 from fastmath.backends import _stream  # noqa: E402
 from fastmath.backends import torch as tb  # noqa: E402

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import _linalg
+from fastmath.frontends import _linalg
 
 from conftest import BACKENDS, assert_same
 

@@ -71,9 +71,9 @@ def pytest_unconfigure(config):
         fastmath.patch.stop()
     path = os.environ.get("FASTMATH_UPSTREAM_REPORT")
     if path:
-        from fastmath import _selection
+        from fastmath.dispatch import _selection
 
-        from fastmath import _ufunc
+        from fastmath.frontends import _ufunc
 
         # which (backend, function, dtype) plans fastmath built: proof that it ran; under
         # auto, calls below the smallest accelerated size go to the reference from the

@@ -8,7 +8,7 @@ import math
 
 from .._numpy import np
 
-from .. import _fpe
+from ..dispatch import _fpe
 
 
 def flags_possible(out) -> bool:

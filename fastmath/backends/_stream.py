@@ -22,7 +22,7 @@ import threading
 
 from .._numpy import np
 
-from .. import _config, _parallel
+from ..dispatch import _config, _parallel
 
 SLOTS = 3  # chunks in flight: one staged by the host, one computing, one coming back
 MAX_CHUNK_BYTES = 16 << 20  # copies of 16 MiB already reach full link speed

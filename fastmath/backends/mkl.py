@@ -28,7 +28,7 @@ import sys
 
 import numpy as np
 
-from .. import _parallel
+from ..dispatch import _parallel
 from . import UNCHECKED
 from ._flags import flags_possible
 

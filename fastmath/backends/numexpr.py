@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from .. import _config
+from ..dispatch import _config
 from . import UNCHECKED
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))

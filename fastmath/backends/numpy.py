@@ -10,8 +10,8 @@ import math
 
 from .._numpy import np
 
-from .. import _parallel
-from .._fpe import recorded
+from ..dispatch import _parallel
+from ..dispatch._fpe import recorded
 from . import HANDLED, UNCHECKED
 
 # A thread handoff costs about 50 us on the reference machine: below about 1 MiB of

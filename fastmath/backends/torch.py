@@ -19,7 +19,7 @@ from .._numpy import np
 
 import warnings
 
-from .. import _config, _fpe, _log, _parallel
+from ..dispatch import _config, _fpe, _log, _parallel
 from . import UNCHECKED, _stream
 from ._flags import flags_possible
 

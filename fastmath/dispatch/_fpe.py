@@ -1,0 +1,122 @@
+"""NumPy's floating-point error state, honoured for work NumPy did not do in this thread.
+
+NumPy reports FPU flags after each ufunc loop according to ``np.errstate``. When fastmath
+runs a loop in a worker thread, or on a backend that has no FPU flags at all (torch), the
+flags are gathered or derived there and reported here, in the caller's thread, exactly as
+NumPy's own handler would: same categories in the same order, same messages, same modes
+(ignore, warn, raise, call, print, log).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+from .._numpy import np
+
+DIVIDE, OVER, UNDER, INVALID = 1, 2, 4, 8
+_CATEGORIES = (
+    ("divide", DIVIDE, "divide by zero"),
+    ("over", OVER, "overflow"),
+    ("under", UNDER, "underflow"),
+    ("invalid", INVALID, "invalid value"),
+)
+# fastmath's root folder: frames in any of its sub-packages are fastmath's own
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+class Recorder:
+    """An ``np.errstate(call=...)`` callback that only collects the flags raised."""
+
+    __slots__ = ("flags",)
+
+    def __init__(self):
+        self.flags = 0
+
+    def __call__(self, _kind, flags):
+        self.flags |= flags
+
+
+def recorded(fn, *args, **kwargs) -> int:
+    """Run ``fn`` with every FP error recorded instead of acted on; return the flags."""
+    rec = Recorder()
+    with np.errstate(all="call", call=rec):
+        fn(*args, **kwargs)
+    return rec.flags
+
+
+def user_stacklevel() -> int:
+    """``stacklevel`` for a ``warnings.warn`` made by the caller of this function that
+    points at the first frame outside fastmath: the user's call, or their ``import``.
+    importlib's own frames are not counted, as ``warnings`` skips them too."""
+    level, frame = 0, sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not ("importlib" in name and "_bootstrap" in name):
+            level += 1
+            if not os.path.abspath(name).startswith(_PACKAGE):
+                return level
+        frame = frame.f_back
+    return max(level, 1)
+
+
+def report(name: str, flags: int) -> None:
+    """Act on ``flags`` raised while computing ufunc ``name`` as NumPy's handler would."""
+    if not flags:
+        return
+    modes = np.geterr()
+    for key, bit, text in _CATEGORIES:
+        if not flags & bit:
+            continue
+        mode = modes[key]
+        if mode == "ignore":
+            continue
+        msg = f"{text} encountered in {name}"
+        if mode == "warn":
+            warnings.warn(msg, RuntimeWarning, stacklevel=user_stacklevel())
+        elif mode == "raise":
+            raise FloatingPointError(msg)
+        elif mode == "call":
+            np.geterrcall()(text, flags)
+        elif mode == "print":
+            # NumPy writes with C's fprintf, below sys.stderr: do the same
+            os.write(2, f"Warning: {msg}\n".encode())
+        elif mode == "log":
+            np.geterrcall().write(f"Warning: {msg}\n")
+
+
+def watched(under: bool = True) -> bool:
+    """Whether any category a ufunc can raise is not 'ignore' right now."""
+    modes = np.geterr()
+    return (modes["divide"] != "ignore" or modes["over"] != "ignore"
+            or modes["invalid"] != "ignore" or (under and modes["under"] != "ignore"))
+
+
+def derive(ref, ins, out) -> int:
+    """Flags NumPy would raise computing ``ref(*ins)`` when ``out`` came from a flagless backend.
+
+    Divide-by-zero, overflow and invalid only ever produce inf or nan; underflow only
+    results below the smallest normal number, or inputs below its square root (float32
+    sin and cos of 1e-30 underflow squaring it). So NumPy is re-run on just those elements (usually none) to
+    get its exact flags. ``ins`` holds the inputs, already broadcast against ``out``.
+    """
+    suspect = suspects(ins, out)
+    if suspect is None:
+        return 0
+    return recorded(ref, *(np.broadcast_to(x, out.shape)[suspect] for x in ins))
+
+
+def suspects(ins, out):
+    """The mask of elements whose FP flags matter under the current error state, or None."""
+    modes = np.geterr()
+    under = modes["under"] != "ignore"
+    if not watched(under):
+        return None
+    suspect = ~np.isfinite(out)
+    if under and out.dtype.kind in "fc":
+        suspect |= np.abs(out) < np.finfo(out.dtype).tiny
+        for x in ins:
+            if x.dtype.kind in "fc":
+                ax = np.abs(x)
+                suspect |= (ax < np.sqrt(np.finfo(x.dtype).tiny)) & (ax != 0)
+    return suspect if suspect.any() else None

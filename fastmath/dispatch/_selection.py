@@ -1,0 +1,354 @@
+"""Which backend runs a call: the process default, scoped overrides, and ``auto``.
+
+The process default comes from FASTMATH_BACKEND or :func:`set_backend`; :class:`backend`
+overrides it in a ``ContextVar``, so each thread and each asyncio task sees only its own
+scope. Each (selection, function) pair is resolved to kernels once and cached, so the hot
+path is a context-variable read and a dict lookup.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import inspect
+import warnings
+
+from . import _calibration, _config, _log
+from .. import backends
+from ._config import BACKEND_NAMES, canonical
+
+_scoped: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend", default=None)
+# (token, rest): the tokens of this context's open ``with backend()`` blocks, innermost first
+_tokens: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend_tokens", default=())
+
+
+class _State:
+    """The process-wide default, in an object so hot paths can hold it without a lookup."""
+
+    default = _config.get().backend
+
+
+state = _State()
+_plans: dict = {}
+_warned: set = set()
+
+
+class FallbackError(RuntimeError):
+    """Raised under ``FASTMATH_STRICT=1`` when the chosen backend cannot run a call.
+
+    Without strict mode the call would have been handed to NumPy (and logged at DEBUG);
+    strict mode makes that an error, for jobs that must not silently run elsewhere.
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> issubclass(fastmath.FallbackError, RuntimeError)
+    True
+    """
+
+
+def current() -> str:
+    name = _scoped.get()
+    return state.default if name is None else name
+
+
+def _check(name) -> str:
+    name = canonical(name)  # one rule for case, as FASTMATH_BACKEND reads it
+    if not isinstance(name, str) or name not in BACKEND_NAMES:
+        raise ValueError(f"unknown backend {name!r}; valid choices: {', '.join(BACKEND_NAMES)}")
+    if name != "auto":
+        why = backends.why_unavailable(name)
+        if why is not None:
+            raise ValueError(f"backend {name!r} is unavailable: {why}. "
+                             f"Available here: {', '.join(available_backends())}")
+    return name
+
+
+def set_backend(name: str) -> None:
+    """Set the process-wide default backend.
+
+    The default applies wherever no :class:`backend` scope is in force, in every thread.
+    It starts as ``FASTMATH_BACKEND``, or ``"auto"``.
+
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (the message lists the valid ones), or a backend that cannot
+        run on this machine (the message says why).
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> fastmath.set_backend("numpy")
+    >>> fastmath.get_backend()
+    'numpy'
+    >>> fastmath.set_backend("auto")
+    """
+    state.default = _check(name)
+    _log.logger.debug("default backend set to %r by set_backend()", name)
+
+
+def get_backend() -> str:
+    """The backend in force here: the innermost ``backend()`` scope, else the default.
+
+    Returns
+    -------
+    str
+        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> with fastmath.backend("numpy"):
+    ...     fastmath.get_backend()
+    'numpy'
+    """
+    return current()
+
+
+def available_backends() -> list:
+    """Names of the backends that can run here, ``"auto"`` first.
+
+    ``fastmath.info()["backends"]`` says why each of the others cannot.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> import fastmath
+    >>> fastmath.available_backends()[:2]
+    ['auto', 'numpy']
+    """
+    return ["auto"] + [n for n in backends.NAMES if backends.why_unavailable(n) is None]
+
+
+class backend:
+    """Use a backend within a ``with`` block, or for every call of a decorated function.
+
+    The choice is scoped to the current thread and asyncio task and restored on exit,
+    exception or not. The name is checked at once: an unknown or unavailable backend
+    raises ValueError before anything runs.
+
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, or a backend that cannot run on this machine.
+
+    Examples
+    --------
+    >>> import fastmath, numpy
+    >>> with fastmath.backend("numpy"):
+    ...     float(fastmath.exp(numpy.float64(0.0)))
+    1.0
+
+    As a decorator, for every call of a function:
+
+    >>> @fastmath.backend("numpy")
+    ... def where_am_i():
+    ...     return fastmath.get_backend()
+    >>> where_am_i(), fastmath.get_backend()
+    ('numpy', 'auto')
+    """
+
+    def __init__(self, name: str):
+        self.name = _check(name)
+
+    def __enter__(self):
+        # One object may be entered from several threads or tasks at once, or nested:
+        # each context keeps its own stack of tokens, in one variable shared by every
+        # scope, which is back to () once they have all exited (nothing left behind).
+        _tokens.set((_scoped.set(self.name), _tokens.get()))
+        return self
+
+    def __exit__(self, *exc):
+        token, rest = _tokens.get()
+        _tokens.set(rest)
+        _scoped.reset(token)
+        return False
+
+    def __call__(self, fn):
+        name = self.name
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                return (yield from _scoped_steps(fn(*args, **kwargs), name))
+            return gen_wrapper
+        if inspect.isasyncgenfunction(fn):
+            @functools.wraps(fn)
+            def agen_wrapper(*args, **kwargs):
+                return _scoped_async_steps(fn(*args, **kwargs), name)
+            return agen_wrapper
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args, **kwargs):
+                token = _scoped.set(name)  # the awaiting task's own context
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    _scoped.reset(token)
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            token = _scoped.set(name)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _scoped.reset(token)
+        return wrapper
+
+    def __repr__(self):
+        return f"fastmath.backend({self.name!r})"
+
+
+@contextlib.contextmanager
+def _in_scope(name):
+    token = _scoped.set(name)
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
+
+
+def _scoped_steps(gen, name):
+    """Run ``gen`` with backend ``name`` in force only while the generator itself runs.
+
+    A ``with`` block around ``yield from`` would leave the scope set in the caller's
+    context each time the generator is suspended.
+    """
+    message, step = None, gen.send
+    while True:
+        try:
+            with _in_scope(name):
+                item = step(message)
+        except StopIteration as stop:
+            return stop.value
+        try:
+            message, step = (yield item), gen.send
+        except GeneratorExit:
+            with _in_scope(name):
+                gen.close()
+            raise
+        except BaseException as exc:
+            message, step = exc, gen.throw
+
+
+async def _scoped_async_steps(agen, name):
+    """:func:`_scoped_steps` for an async generator."""
+    message, step = None, agen.asend
+    while True:
+        try:
+            with _in_scope(name):
+                item = await step(message)
+        except StopAsyncIteration:
+            return
+        try:
+            message, step = (yield item), agen.asend
+        except GeneratorExit:
+            with _in_scope(name):
+                await agen.aclose()
+            raise
+        except BaseException as exc:
+            message, step = exc, agen.athrow
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def forbid_fallback(explicit, name, function, dtype) -> None:
+    """Under FASTMATH_STRICT=1, refuse to run on ``name`` a call chosen for ``explicit``."""
+    if name != explicit and explicit != "auto" and strict():
+        raise FallbackError(f"backend {explicit!r} cannot run {function} on this {dtype} "
+                            f"input, and FASTMATH_STRICT=1 forbids falling back to {name}")
+
+
+def warn_failed(name, function, error, instead):
+    """One warning per (backend, kind of error) when a kernel fails part-way."""
+    _warn_once(("failed", name, type(error).__name__),
+               f"fastmath: backend {name!r} failed on {function} ({type(error).__name__}: "
+               f"{error}); {instead} computed it instead")
+
+
+def _kernel(name, spec):
+    b = backends.get(name)
+    return None if b.why_unavailable() is not None else b.kernel(spec)
+
+
+def _build(sel, spec, dtype):
+    if sel == "auto":
+        rows = []
+        for min_size, names in _calibration.rows(spec.name, dtype):
+            # no names: the reference itself measured fastest at these sizes
+            chain = tuple((n, k) for n in dict.fromkeys(names + ("numpy",))
+                          if (k := _kernel(n, spec)) is not None) if names else ()
+            rows.append((min_size, chain))
+        return tuple(reversed(rows))
+    chain = []
+    why = backends.why_unavailable(sel)
+    if why is not None:
+        if strict():
+            raise FallbackError(f"backend {sel!r} is unavailable: {why} (FASTMATH_STRICT=1 "
+                                "forbids falling back to numpy)")
+        _log.logger.debug("%s is unavailable (%s): %s falls back to numpy", sel, why, spec.name)
+        _warn_once(("unavailable", sel),
+                   f"fastmath: backend {sel!r} is unavailable ({why}); numpy runs instead. "
+                   f"Set FASTMATH_BACKEND to one of: {', '.join(available_backends())}")
+    else:
+        k = _kernel(sel, spec)
+        if k is not None:
+            chain.append((sel, k))
+    if sel != "numpy":
+        chain.append(("numpy", _kernel("numpy", spec)))
+    return tuple(chain)
+
+
+def plan(spec, dtype, size: int):
+    """The (name, kernel) pairs to try in order for this call; empty means "call numpy".
+
+    ``dtype`` is the loop's dtype, as a string.
+    """
+    sel = current()
+    key = (sel, spec.name, dtype)
+    p = _plans.get(key)
+    if p is None:
+        p = _plans[key] = _build(sel, spec, dtype)
+        _log.plan_built(spec, sel, dtype, p)
+    if sel != "auto":
+        return p
+    for min_size, chain in p:
+        if size >= min_size:
+            return chain
+    return ()
+
+
+def small_size(spec) -> int:
+    """Below this size ``auto`` calls the reference directly, whatever the dtype."""
+    return _calibration.smallest(spec.name)
+
+
+def strict() -> bool:
+    return _config.get().strict
+
+
+def _reload():
+    state.default = _config.get().backend
+    _plans.clear()
+    _warned.clear()
+
+
+_config.on_reload(_reload)

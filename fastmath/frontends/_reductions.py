@@ -1,0 +1,271 @@
+"""Reduction front ends with SciPy's semantics: logsumexp, softmax, log_softmax.
+
+The front end resolves dtypes, axes and weights as scipy.special.logsumexp does; a backend
+computes only SciPy's (M, m, s) decomposition over the reduced axes (see
+backends/numpy.py), which is small; the front end finishes it with SciPy's own formula,
+including its treatment of infinite and NaN results, signs, keepdims and scalars.
+Whatever is outside that (complex, float16, longdouble, objects, empty input, invalid
+arguments) is SciPy's to answer.
+"""
+from __future__ import annotations
+
+from .._numpy import np
+
+import operator
+
+from ..dispatch import _chain, _fpe, _selection
+from . import _pipeline, _ufunc
+from ..integrations import _dask
+from .._registry import BY_NAME
+from ..backends.numpy import lse_finite
+
+_SPEC = BY_NAME["logsumexp"]
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_ARRAYS = (np.ndarray, list, tuple, float, int)
+_ref = None
+
+
+def _reference():
+    global _ref
+    if _ref is None:
+        _ref = _SPEC.reference()
+    return _ref
+
+
+try:
+    from numpy.lib.array_utils import normalize_axis_tuple
+except ImportError:  # numpy < 2
+    from numpy.core.numeric import normalize_axis_tuple
+
+
+def _normalize_axes(axis, ndim):
+    """Sorted, non-negative axes; NumPy's AxisError, or ValueError for a repeated axis."""
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(sorted(normalize_axis_tuple(axis, ndim)))
+
+
+def _valid_axes(axis, ndim):
+    """``_normalize_axes``, or None where SciPy's own error should answer the call."""
+    try:
+        if axis is not None and type(axis) is not tuple:
+            if isinstance(axis, (bool, np.bool_)):
+                return None  # SciPy: "an integer is required"
+            axis = operator.index(axis)  # a list is SciPy's TypeError, not a tuple
+        return _normalize_axes(axis, ndim)
+    except (TypeError, ValueError, np.exceptions.AxisError):
+        return None
+
+
+def _finish(part, a, b, axes, return_sign, total=None):
+    M, m, s = part
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        s = np.where(s == 0, s, s / m)
+        sgn = np.sign(s + 1) * np.sign(m)
+        s = np.where(s < -1, -s - 2, s)
+        out = np.log1p(s) + np.log(np.abs(m)) + M
+        if not return_sign:
+            out[sgn < 0] = np.nan
+        bad = ~np.isfinite(out)
+        if bad.any():
+            # SciPy's rule: where the result is not finite, log(sum(b * exp(a))) decides.
+            if total is None:
+                total = np.sum(np.exp(a) if b is None else b * np.exp(a), axis=axes,
+                               keepdims=True)
+            if return_sign:
+                sgn = np.where(bad, np.sign(total), sgn)
+                total = np.abs(total)
+            out = np.where(bad, np.log(total), out)
+    return out, sgn
+
+
+def _partial(xa, axes, xb, dtype, chain=None):
+    """(M, m, s) of ``xa`` over ``axes`` from the first backend in line that takes it."""
+    if chain is None:
+        chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
+    return _chain.first(chain, (xa, axes, xb), "logsumexp")
+
+
+def _allocatable(xa) -> None:
+    """NumPy's MemoryError, at once, for a broadcast input SciPy could not hold either
+    (its temporaries have the input's full size)."""
+    if xa.size * xa.itemsize >= 1 << 26 and not xa.flags.owndata:
+        np.empty(xa.shape, xa.dtype)
+
+
+def _subtract_overflows(xa, hi) -> bool:
+    """Whether SciPy's ``a - max(a)`` would report an overflow, which the kernels (they
+    ignore FP errors) cannot: only possible when the maximum ``hi`` is huge."""
+    if np.geterr()["over"] == "ignore" or not hi > np.finfo(xa.dtype).max * 2.0 ** -60:
+        return False
+    with np.errstate(all="ignore"):
+        lo = np.min(xa)
+        return bool(np.isfinite(hi) and np.isfinite(lo) and np.isinf(lo - hi))
+
+
+def _lse_operands(a, b, keepdims):
+    """(a, b, dtype, chain) as the kernels take them, or None where SciPy must answer."""
+    try:
+        xa = np.asarray(a)
+        xb = None if b is None else np.asarray(b)
+    except Exception:
+        return None
+    # Python scalars are weak in NumPy's promotion (NEP 50), as they are in SciPy's
+    weak = (float, int)
+    dtype = np.result_type(a if type(a) in weak else xa.dtype,
+                           *(() if xb is None else (b if type(b) in weak else xb.dtype,)))
+    if dtype.kind in "biu":
+        dtype = np.dtype(np.float64)
+    if (dtype not in _FLOATS or xa.size == 0 or not isinstance(keepdims, bool)
+            or np.geterr()["under"] != "ignore"  # SciPy does not silence underflow
+            or (xb is not None and xb.dtype.kind not in "biuf")):
+        return None
+    chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
+    if not chain:
+        return None
+    xa = np.atleast_1d(xa).astype(dtype, copy=False)
+    if xb is not None:
+        xb = np.atleast_1d(xb).astype(dtype, copy=False)
+        try:
+            shape = np.broadcast_shapes(xa.shape, xb.shape)
+        except ValueError:
+            return None
+        xa, xb = np.broadcast_to(xa, shape), np.broadcast_to(xb, shape)
+    return xa, xb, dtype, chain
+
+
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """Compute the log of the sum of exponentials of input elements.
+
+    Same signature, dtypes and results as ``scipy.special.logsumexp`` (within the
+    bound documented for each backend), computed by the backend fastmath selects.
+
+    Parameters
+    ----------
+    a : array_like
+        Input array.
+    axis : None or int or tuple of ints, optional
+        Axis or axes to sum over; all of them by default.
+    b : array_like, optional
+        Weights for ``exp(a)``, broadcast against ``a``; may be negative.
+    keepdims : bool, optional
+        Keep the reduced axes with length one.
+    return_sign : bool, optional
+        Also return the sign of the sum (then the result is ``log(abs(sum))``).
+
+    Returns
+    -------
+    res : ndarray or numpy scalar
+        ``log(sum(b * exp(a)))`` over ``axis``.
+    sgn : ndarray or numpy scalar
+        The sign of the sum, if ``return_sign``.
+
+    Examples
+    --------
+    >>> import numpy as np, fastmath
+    >>> float(fastmath.logsumexp(np.array([0.0, 0.0])))  # log(2)
+    0.6931471805599453
+    >>> fastmath.logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -1.0]), return_sign=True)
+    (np.float64(1.5413248546129181), np.float64(-1.0))
+    """
+    if (b is None and not return_sign and type(a) is np.ndarray and a.dtype in _FLOATS
+            and type(keepdims) is bool and _selection.current() == "auto"
+            and np.geterr()["under"] == "ignore"):
+        out = lse_finite(a, axis, keepdims)  # None unless SciPy's edge cases cannot arise
+        if out is not None:
+            return out
+    ref = _reference()
+
+    def reference():
+        return ref(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
+
+    if type(a) not in _ARRAYS or (b is not None and type(b) not in _ARRAYS):
+        if _dask.is_dask_array(a) or _dask.is_dask_array(b):
+            lazy = _dask.logsumexp(a, axis, b, keepdims, return_sign)
+            if lazy is not NotImplemented:
+                return lazy
+        return reference()
+    prepared = _lse_operands(a, b, keepdims)
+    if prepared is None:
+        return reference()
+    xa, xb, dtype, chain = prepared
+    axes = _valid_axes(axis, xa.ndim)
+    if axes is None:
+        return reference()
+    _allocatable(xa)
+    part = _partial(xa, axes, xb, dtype, chain)
+    if _subtract_overflows(xa, np.max(part[0])):
+        return reference()
+    out, sgn = _finish(part, xa, xb, axes, return_sign)
+    if not keepdims:
+        out = np.squeeze(out, axis=axes)
+        sgn = np.squeeze(sgn, axis=axes)
+    out = out[()] if out.ndim == 0 else out
+    if return_sign:
+        return out, (sgn[()] if sgn.ndim == 0 else sgn)
+    return out
+
+
+# --- softmax, log_softmax ----------------------------------------------------------------
+# A backend kernel ``k(x, axes, out)`` writes SciPy's result for a finite-or-not float
+# array into ``out``, with every FP error ignored; when the error state watches any and
+# the result is not all finite (where SciPy's subtract, exp or log may have warned), the
+# reference is run instead, so its own warnings, exceptions and values are what the user
+# gets.
+
+
+class _Cache:
+    """A softmax front end's reference and ``auto``'s smallest accelerated size for it,
+    forgotten with the ufuncs' (configuration reloads, debug logging switched on)."""
+
+    def __init__(self, spec):
+        self.spec, self.ref, self._small = spec, None, 0
+        _ufunc._instances.append(self)
+
+    def reference(self, x, axis):
+        if self.ref is None:
+            self.ref = self.spec.reference()
+        return self.ref(x, axis=axis)
+
+
+def _softmax_front(name):
+    spec = BY_NAME[name]
+    cache = _Cache(spec)
+    ref = cache.reference
+
+    def front(x, axis=None):
+        if type(x) is np.ndarray and x.size < cache._small and _selection.current() == "auto":
+            return cache.ref(x, axis=axis)
+        if type(x) not in _ARRAYS:
+            if _dask.is_dask_array(x):
+                return _dask.softmax(front, x, axis)
+            return ref(x, axis)
+        try:
+            xa = np.asarray(x)
+        except Exception:
+            return ref(x, axis)
+        if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
+            cache.ref = cache.ref or spec.reference()  # the fast path calls it directly
+            cache._small = _selection.small_size(spec)
+        if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
+            return ref(x, axis)
+        chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
+        axes = _valid_axes(axis, xa.ndim)
+        if not chain or axes is None:
+            return ref(x, axis)
+        out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
+        _chain.first(chain, (xa, axes, out), name)
+        if _fpe.watched() and (not np.isfinite(out).all()
+                               or _subtract_overflows(xa, np.max(xa))):
+            return ref(x, axis)
+        return out
+
+    front.__name__ = front.__qualname__ = name
+    front.__doc__ = (f"Same signature, dtypes and results as :func:`scipy.special.{name}` "
+                     "(within the bound documented for each backend), computed by the "
+                     "backend fastmath selects.")
+    return front
+
+
+softmax = _softmax_front("softmax")
+log_softmax = _softmax_front("log_softmax")

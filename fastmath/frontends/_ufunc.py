@@ -1,0 +1,189 @@
+"""The ufunc object: what ``fastmath.exp``, ``fastmath.erf``, ... are, and their fast path.
+
+A call with no options whose operands are small (NumPy and Python scalars, 0-d arrays,
+arrays and short lists below ``auto``'s smallest accelerated size) is the reference's at
+once under ``auto``: the whole overhead is a type check, a size and a context-variable
+read. Every other call goes through the one pipeline in ``_pipeline.py``, which holds
+NumPy's semantics for every arity.
+"""
+from __future__ import annotations
+
+import functools
+
+from .._numpy import np
+
+from ..dispatch import _chain, _config, _fpe, _log, _selection
+from . import _pipeline
+
+_ndarray = np.ndarray
+_current = _selection.current
+_scoped_get = _selection._scoped.get
+_state = _selection.state
+_log_state = _log.state
+_instances: list = []
+_BIG = 1 << 62
+# types whose value is one element: sized without a call on the fast path
+_ONE = dict.fromkeys((float, int, complex, bool, *{np.dtype(c).type for c in "?bhilqBHILQefdgFDG"}), 1)
+
+
+def _short(xs, small) -> bool:
+    """Whether every operand is a scalar, 0-d or small array, or a short flat list."""
+    for x in xs:
+        tx = type(x)
+        if tx is _ndarray:
+            n = x.size
+        elif tx is list:
+            n = len(x) if not x or type(x[0]) in _ONE else _BIG
+        else:
+            n = _ONE.get(tx, _BIG)
+        if n >= small:
+            return False
+    return True
+
+
+class _Doc:
+    """The class's own docstring on the class, the reference's on each instance."""
+
+    def __init__(self, doc):
+        self.doc = doc
+
+    def __get__(self, obj, cls=None):
+        return self.doc if obj is None else obj.reference.__doc__
+
+
+class Ufunc(functools.partial):
+    """A NumPy-compatible ufunc that runs on the backend fastmath selects.
+
+    ``fastmath.exp``, ``fastmath.log``, ``fastmath.erf``, ... are instances, one per
+    registry row. Calls take exactly the reference ufunc's arguments
+    (``x, /, out=None, *, where=True, casting="same_kind", order="K", dtype=None,
+    subok=True``) and return what it returns; every attribute fastmath does not define
+    (``nin``, ``types``, ``reduce``, ``outer``, ...) is the reference's own, and so is
+    ``__doc__``: its examples are NumPy's/SciPy's, tested by them, and not run again
+    here.
+
+    Examples
+    --------
+    >>> import numpy, fastmath
+    >>> fastmath.exp.reference is numpy.exp
+    True
+    >>> x = numpy.array([0.0, 1.0, -numpy.inf])
+    >>> fastmath.exp(x)
+    array([1.        , 2.71828183, 0.        ])
+    >>> fastmath.exp(numpy.int8(1)).dtype  # numpy's type resolution: int8 -> float16
+    dtype('float16')
+    >>> with numpy.errstate(divide="raise"):
+    ...     fastmath.log(numpy.zeros(3))
+    Traceback (most recent call last):
+    ...
+    FloatingPointError: divide by zero encountered in log
+    """
+
+    # An instance is called through functools.partial's C call slot, which hands it to
+    # ``_fast`` with the instance first: a class-level __call__ would cost a slot lookup
+    # and an argument tuple and dict on every call, several times NumPy's whole scalar call.
+    def __new__(cls, spec):
+        self = super().__new__(cls, cls._fast)
+        self.__setstate__((cls._fast, (self,), {}, None))
+        return self
+
+    def __init__(self, spec):
+        self._spec = spec
+        self.__name__ = self.__qualname__ = spec.name
+        # Below this size ``auto`` calls the reference at once. It comes from the cost
+        # table, which is read at the first call, not at import: 0 until then, and 0
+        # while debug logging is on, so that every call takes the logged path.
+        self._small = 0
+        _instances.append(self)
+        self._resolved: dict = {}
+        module = spec.ref.partition(":")[0]
+        # NumPy is imported already; SciPy is imported on the first call.
+        self._ref = spec.reference() if module == "numpy" else self._load
+
+    @property
+    def __signature__(self):
+        import inspect
+
+        return inspect.signature(self.reference)
+
+    def _load(self, *args, **kwargs):
+        self._ref = self._spec.reference()
+        return self._ref(*args, **kwargs)
+
+    @property
+    def reference(self):
+        """The NumPy/SciPy ufunc this one mirrors."""
+        if self._ref == self._load:
+            self._ref = self._spec.reference()
+        return self._ref
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_ref", "_spec", "_small", "_resolved"):
+            raise AttributeError(name)
+        return getattr(self.reference, name)
+
+    @property
+    def __class__(self):
+        # isinstance(fastmath.exp, numpy.ufunc) is True, as code that dispatches on
+        # ufuncs expects (numpy.ufunc cannot be subclassed); type() is still Ufunc.
+        return np.ufunc
+
+
+    def __repr__(self):
+        return f"<fastmath ufunc {self.__name__!r} (accelerated {self._spec.ref.replace(':', '.')})>"
+
+    def __reduce__(self):
+        return (_lookup, (self.__name__,))
+
+    def _fast(self, x, /, *args, **kwargs):
+        # The hot path: one of the few things that runs on every call. The arguments are
+        # numpy's (see __signature__); they are parsed only off this path.
+        if not args and not kwargs and (
+                x.size if type(x) is _ndarray else _ONE.get(type(x), _BIG)) < self._small:
+            scoped = _scoped_get()
+            if (_state.default if scoped is None else scoped) == "auto":
+                return self._ref(x)
+        return self._call((x,), args, kwargs)
+
+    def _call(self, xs, args, kwargs):
+        if _current() == "auto":
+            if not self._small and not _log_state.on:
+                self._small = _selection.small_size(self._spec)
+            if not args and not kwargs and _short(xs, self._small):
+                return self._ref(*xs)
+        return _pipeline.call(self, xs, args, kwargs)
+
+    def _resolve(self, types, dtype):
+        """The loop's dtypes for operands ``types`` (dtypes, or a Python scalar's type)."""
+        key = (types, dtype)
+        try:
+            return self._resolved[key]
+        except KeyError:
+            pass
+        kw = {} if dtype is None else {"signature": (None,) * len(types) + (np.dtype(dtype),)}
+        res = self._resolved[key] = self.reference.resolve_dtypes(types + (None,), **kw)
+        return res
+
+    def _run(self, chain, ins, res):
+        """Compute ``res`` from ``ins`` on ``chain`` (see ``_chain.run``)."""
+        _chain.run(chain, ins, res, self.__name__, self._derive)
+
+    def _derive(self, ins, res):
+        return _fpe.derive(self.reference, ins, res) if self._spec.fpe else 0
+
+
+def _forget_small():
+    for u in _instances:
+        u._small = 0
+
+
+_config.on_reload(_forget_small)
+
+
+Ufunc.__doc__ = _Doc(Ufunc.__doc__)
+
+
+def _lookup(name):
+    import fastmath
+
+    return getattr(fastmath, name)

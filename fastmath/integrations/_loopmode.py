@@ -1,0 +1,152 @@
+"""The loop mode of ``fastmath.patch``: NumPy's own ufunc loops, run on every core.
+
+Where ``patch()`` swaps Python objects (reaching only code that looks a name up),
+``patch(mode="loops")`` replaces the float32/float64 inner loops inside NumPy's ufuncs and
+the accelerated SciPy ufuncs (see fastmath/integrations/_loops.c): operators (``a * b``, ``x ** 2``),
+names bound at import, copied namespaces and ``__array_ufunc__`` routes (pandas, xarray)
+all reach it. Each long run is split over a native thread pool, every piece computed by
+the original loop, so results are NumPy's bit for bit; short runs call the original
+loop directly.
+
+How long is long depends on the loop's cost: a memory-bound loop (add, multiply) gains
+from a second core only on large runs, a special function on small ones. ``cost`` below
+is time per element relative to NumPy's exp, as in the registry.
+"""
+from __future__ import annotations
+
+from .. import _registry
+from ._nested import Nested
+
+# how many elements of exp-like cost a run must have before a second thread pays, and
+# how many each piece holds (pieces are handed out dynamically, so a busy core takes fewer)
+_SPLIT_AT = 65536
+_PIECE = 16384
+_MIN_SPLIT = 4096  # never below: waking a thread costs some microseconds
+# memory-bound loops: a few operations per element, where a piece is mostly memory traffic
+_CHEAP = {"add", "subtract", "multiply", "divide", "true_divide", "negative", "positive",
+          "absolute", "fabs", "maximum", "minimum", "fmax", "fmin", "square", "reciprocal",
+          "copysign", "floor", "ceil", "trunc", "rint", "sign", "signbit", "nextafter",
+          "spacing", "heaviside", "ldexp", "conjugate", "conj", "floor_divide",
+          "remainder", "mod", "fmod", "divmod", "modf", "frexp", "deg2rad", "rad2deg",
+          "degrees", "radians", "logical_not"}
+_CHEAP_COST = 0.25
+_FLOATS = set("fd")
+
+_slots: list = []  # (ufunc, types, slot) installed
+_known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
+_why_not: str | None = None
+try:
+    from . import _loops
+except ImportError as e:  # built without a C compiler, or for another NumPy
+    _loops = None
+    _why_not = (f"the fastmath.integrations._loops extension is not built ({e}); reinstall fastmath "
+                "with a C compiler (gcc) and NumPy present: pip install -e .")
+
+
+def why_unavailable() -> str | None:
+    """Why the loop mode cannot run here, or None when it can."""
+    return _why_not
+
+
+def available() -> bool:
+    """Whether the loop mode can run here (the C extension is built)."""
+    return _why_not is None
+
+
+def _ufuncs():
+    """(ufunc, cost, is it NumPy's) for NumPy's ufuncs and the registry's SciPy ufuncs."""
+    import numpy
+
+    from .._numpy import np as _np  # NumPy's own namespace, never fastmath's objects
+
+    seen = {}
+    for obj in list(vars(_np).values()):
+        if isinstance(obj, numpy.ufunc):
+            seen[id(obj)] = (obj, _CHEAP_COST if obj.__name__ in _CHEAP else 1.0, True)
+    for spec in _registry.ROWS:
+        obj = spec.reference()
+        if isinstance(obj, numpy.ufunc):
+            seen[id(obj)] = (obj, spec.cost, id(obj) in seen)
+    return list(seen.values())
+
+
+def _targets():
+    """(ufunc, loop index, types, cost, is it NumPy's): every all-float32 or all-float64
+    elementwise loop."""
+    out = []
+    for ufunc, cost, numpys in _ufuncs():
+        if ufunc.signature is not None or ufunc.nargs > 4:
+            continue
+        for index, types in enumerate(ufunc.types):
+            chars = types.replace("->", "")
+            if len(set(chars)) == 1 and chars[0] in _FLOATS:
+                out.append((ufunc, index, types, cost, numpys))
+    return out
+
+
+def _scipy_quiet() -> bool:
+    # SciPy's loops report special-function errors themselves, through Python, from the
+    # thread that runs them: only while every category is ignored (SciPy's default) may
+    # SciPy's pieces run outside the caller's thread. "memory" (raise by default) is for
+    # allocation failures inside a few Fortran routines, none of them the registry's.
+    import scipy.special
+
+    return all(v == "ignore" for k, v in scipy.special.geterr().items() if k != "memory")
+
+
+def _sizes(cost, may_split):
+    """(elements from which a run is split, elements per piece) for a loop of this cost."""
+    if not may_split:
+        return 1 << 62, _PIECE
+    scale = max(cost, 1 / 16)
+    return max(_MIN_SPLIT, int(_SPLIT_AT / scale)), max(64, int(_PIECE / scale))
+
+
+def _install(threads) -> None:
+    from ..dispatch import _config
+
+    _loops.set_threads(threads or _config.get().num_threads)
+    quiet = _scipy_quiet()
+    for ufunc, index, types, cost, numpys in _targets():
+        split_at, piece = _sizes(cost, quiet or numpys)
+        slot = _loops.replace(ufunc, index, split_at, piece)
+        _slots.append((ufunc, types, slot))
+        _known[slot] = f"{ufunc.__name__} {types}"
+
+
+def _restore() -> None:
+    while _slots:
+        _loops.restore(_slots.pop()[2])
+
+
+_installed = Nested(_install, _restore,
+                    "fastmath.patch.stop(mode='loops') called with no active patch")
+
+
+def start(threads: int | None = None) -> None:
+    """Install the splitting loops (or count one more user)."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    _installed.start(threads)
+
+
+def stop() -> None:
+    """End one :func:`start`; the last one puts NumPy's and SciPy's loops back, exactly."""
+    _installed.stop()
+
+
+def active() -> bool:
+    """Whether the splitting loops are installed now."""
+    return _installed.active()
+
+
+def counts() -> dict:
+    """``{"exp d->d": (calls, split calls), ...}``: what the loop mode ran since the
+    process started, for every loop it has installed."""
+    out: dict = {}
+    with _installed.lock:
+        for slot, key in _known.items():  # a ufunc may list one signature twice
+            calls, split = _loops.counts(slot)
+            before = out.get(key, (0, 0))
+            out[key] = (before[0] + calls, before[1] + split)
+    return out

@@ -1,0 +1,217 @@
+"""``fastmath.patch()``: fastmath's functions in place of NumPy's and SciPy's, process-wide.
+
+While a patch is active, ``numpy.exp`` *is* ``fastmath.exp``, ``scipy.special.erf`` is
+``fastmath.erf``, and so on for every row of the registry. Code fastmath does not control
+(scikit-learn, pandas, a colleague's module) then runs through fastmath wherever it looks
+the name up at call time, as ``np.exp(x)`` does. A name bound before the patch began
+(``from numpy import exp`` at import time, a ufunc stored in a dict) keeps the original:
+nothing but the module attributes is touched.
+
+Patches nest and repeat: one process-wide count decides, so the originals come back,
+identical objects, when the last active patch ends, exception or not. fastmath's own code
+never sees the swap: it reads NumPy through ``fastmath._numpy``, and every reference is
+resolved (``Spec.reference``) before the first swap. A module first imported during the
+patch that bound fastmath's object (``from numpy import exp``) gets the original back too,
+and NumPy's ufuncs stay picklable throughout (by name, as NumPy pickles them).
+
+``mode="loops"`` (fastmath/integrations/_loopmode.py) reaches further: it replaces the inner loops of
+NumPy's ufuncs themselves, so no name changes at all; ``mode="both"`` does both.
+"""
+from __future__ import annotations
+
+import contextlib
+import copyreg
+import importlib
+import sys
+
+from . import _loopmode
+from .. import _registry
+from ._nested import Nested
+
+MODES = ("functions", "loops", "both")
+_saved: list = []  # (module, attribute, original object, was it in the module's __dict__)
+_modules_before: set = set()  # sys.modules' names when the swap began
+_numpy_reduce = None  # NumPy's pickle reducer for ufuncs, while ours stands in
+
+
+def _reduce_ufunc(func):
+    """Pickle a ufunc as NumPy does, by name, even while the name points at fastmath."""
+    import numpy
+
+    name = func.__name__
+    if getattr(numpy, name, None) is func:
+        return name  # what NumPy's own reducer returns
+    from numpy._core import umath
+
+    if getattr(umath, name, None) is func:
+        # numpy.core._ufunc_reconstruct is NumPy's own unpickler for ufuncs (kept for
+        # old pickles): the result loads anywhere NumPy does, fastmath or not.
+        from numpy.core import _ufunc_reconstruct
+
+        return _ufunc_reconstruct, ("numpy._core.umath", name)
+    return name  # SciPy's: pickle finds them in their own modules
+
+
+def _swap_in() -> None:
+    import fastmath
+
+    targets = []
+    for spec in _registry.ROWS:
+        original = spec.reference()
+        module_name, _, attr = spec.ref.partition(":")
+        module = importlib.import_module(module_name)
+        targets.append((module, attr, original, attr in vars(module),
+                        getattr(fastmath, spec.name)))
+    global _numpy_reduce
+    import numpy
+
+    _modules_before.update(sys.modules)
+    _numpy_reduce = copyreg.dispatch_table.get(numpy.ufunc)
+    copyreg.pickle(numpy.ufunc, _reduce_ufunc)
+    for module, attr, original, own, replacement in targets:
+        _saved.append((module, attr, original, own))
+        setattr(module, attr, replacement)
+
+
+def _unbind_in_new_modules(originals: dict) -> None:
+    # Modules imported during the patch may hold fastmath's objects under their own names
+    # (``from numpy import exp``, a namespace copied into a module object): give them the
+    # originals. Dicts and classes inside them are not searched.
+    import types
+
+    namespaces = []
+    registered = {id(m) for m in list(sys.modules.values())}
+    for name in [n for n in list(sys.modules) if n not in _modules_before]:
+        module = sys.modules.get(name)
+        if isinstance(module, types.ModuleType):
+            namespaces.append(vars(module))
+            namespaces += [vars(v) for v in list(vars(module).values())
+                           if isinstance(v, types.ModuleType) and id(v) not in registered]
+    for namespace in namespaces:
+        for key, value in list(namespace.items()):
+            original = originals.get(id(value))
+            if original is not None and original[0] is value:
+                namespace[key] = original[1]
+
+
+def _restore() -> None:
+    global _numpy_reduce
+    originals = {}
+    while _saved:
+        module, attr, original, own = _saved.pop()
+        originals[id(getattr(module, attr))] = (getattr(module, attr), original)
+        if own:
+            setattr(module, attr, original)
+        else:  # it came from the module's __getattr__: let it do so again
+            delattr(module, attr)
+    _unbind_in_new_modules(originals)
+    _modules_before.clear()
+    if _numpy_reduce is not None:
+        import numpy
+
+        copyreg.pickle(numpy.ufunc, _numpy_reduce)
+        _numpy_reduce = None
+
+
+def _modes(mode: str) -> tuple:
+    if mode not in MODES:
+        raise ValueError(f"fastmath.patch: mode must be one of {', '.join(map(repr, MODES))}, "
+                         f"got {mode!r}")
+    return {"functions": ("functions",), "loops": ("loops",),
+            "both": ("functions", "loops")}[mode]
+
+
+_swapped = Nested(_swap_in, _restore,
+                  "fastmath.patch.stop() called with no active patch")
+_start_functions, _stop_functions = _swapped.start, _swapped.stop
+
+
+def start(mode: str = "functions") -> None:
+    """Begin a patch of the given mode (or count one more user of it)."""
+    parts = _modes(mode)
+    if "loops" in parts and not _loopmode.available():
+        raise RuntimeError(f"fastmath.patch(mode={mode!r}) is unavailable: "
+                           f"{_loopmode.why_unavailable()}")
+    if "functions" in parts:
+        _start_functions()
+    if "loops" in parts:
+        try:
+            _loopmode.start()
+        except BaseException:
+            if "functions" in parts:
+                _stop_functions()
+            raise
+
+
+def stop(mode: str = "functions") -> None:
+    """End one :func:`start` of that mode; the last one to end puts the originals back."""
+    parts = _modes(mode)
+    if "loops" in parts:
+        _loopmode.stop()
+    if "functions" in parts:
+        _stop_functions()
+
+
+def active(mode: str = "functions") -> bool:
+    """Whether a patch of that mode is in place now (``"both"``: both kinds are)."""
+    flags = {"functions": _swapped.active(), "loops": _loopmode.active()}
+    return all(flags[part] for part in _modes(mode))
+
+
+class patch(contextlib.ContextDecorator):
+    """Run NumPy's and SciPy's accelerated functions through fastmath, process-wide.
+
+    A context manager (or decorator). With ``mode="functions"`` (the default) it swaps
+    ``fastmath.exp`` in for ``numpy.exp``, ``fastmath.erf`` for ``scipy.special.erf``, ...
+    for every accelerated function, and puts the original objects back on exit, even on an
+    exception. Only look-ups made while the patch is active are affected: a module that
+    did ``from numpy import exp`` before keeps NumPy's function.
+
+    With ``mode="loops"`` it replaces, instead, the float32/float64 inner loops inside
+    NumPy's ufuncs and the accelerated SciPy ufuncs with loops that run NumPy's own loop
+    on every core for long arrays. Every caller reaches them (operators, names bound at
+    import, pandas and xarray objects), results stay NumPy's bit for bit, and exit puts
+    the original loops back. It needs the compiled extension ``fastmath.integrations._loops``;
+    :func:`fastmath.patch.why_unavailable` says why it is missing. ``mode="both"`` does both.
+
+    Uses nest; the originals return when the outermost of a mode ends.
+    ``fastmath.patch.start(mode)`` and ``fastmath.patch.stop(mode)`` do the same without a
+    ``with`` block. The patch is seen by every thread; to change the backend for one
+    thread only, use :class:`fastmath.backend`.
+
+    Parameters
+    ----------
+    mode : {"functions", "loops", "both"}, optional
+        What is replaced: NumPy's and SciPy's function objects, their ufuncs' inner loops,
+        or both.
+
+    Examples
+    --------
+    >>> import numpy, fastmath
+    >>> with fastmath.patch():
+    ...     numpy.exp is fastmath.exp
+    True
+    >>> numpy.exp is fastmath.exp
+    False
+    """
+
+    start = staticmethod(start)
+    stop = staticmethod(stop)
+    active = staticmethod(active)
+    why_unavailable = staticmethod(_loopmode.why_unavailable)
+
+    def __init__(self, mode: str = "functions"):
+        _modes(mode)
+        self.mode = mode
+
+    def __enter__(self):
+        start(self.mode)
+        return self
+
+    def __exit__(self, *exc):
+        stop(self.mode)
+        return False
+
+    def __repr__(self):
+        return "fastmath.patch()" if self.mode == "functions" else \
+            f"fastmath.patch(mode={self.mode!r})"

@@ -1,0 +1,118 @@
+"""``fastmath.info()`` and ``python -m fastmath info``: what fastmath sees on this machine."""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+
+from ..dispatch import _config, _hardware, _selection
+from .. import backends
+
+
+def _version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _setting(cfg, var, value, default_source):
+    """(value, where it came from) for one setting read from ``var``."""
+    raw = cfg.sources.get(var)
+    if raw is None:
+        return {"value": value, "source": default_source}
+    if var in cfg.ignored:
+        return {"value": value, "source": f"{default_source}; {var}={raw!r} ignored: "
+                                          f"{cfg.ignored[var]}"}
+    return {"value": value, "source": f"{var}={raw}"}
+
+
+def settings(cfg) -> dict:
+    """Every setting a job script can make by environment variable, and its source."""
+    default = _selection.state.default
+    backend = _setting(cfg, "FASTMATH_BACKEND", default, "default")
+    if default != cfg.backend:
+        backend["source"] = "set_backend()"
+    return {
+        "backend": backend,
+        "threads": _setting(cfg, "FASTMATH_NUM_THREADS", cfg.num_threads,
+                            "default: the cores this process may use"),
+        "strict": _setting(cfg, "FASTMATH_STRICT", cfg.strict, "default"),
+        "calibration": calibration(cfg),
+    }
+
+
+def calibration(cfg) -> dict:
+    """The cost table ``auto`` uses: this machine's file (its path is the value), or the
+    built-in defaults (value None) and why no file is used."""
+    import warnings
+
+    from ..dispatch import _calibration
+
+    path = _calibration.user_path()
+    raw = cfg.sources.get("FASTMATH_CALIBRATION")
+    named = f"FASTMATH_CALIBRATION={raw}" if raw and "FASTMATH_CALIBRATION" not in cfg.ignored \
+        else None
+    if any(e.source == str(path) for e in _calibration.table().values()):
+        return {"value": str(path), "source": named or "default path, written by calibrate"}
+    if not path.exists():
+        why = f"no such file: {path}; `fastmath calibrate` writes one"
+    else:
+        with warnings.catch_warnings(record=True) as caught:  # said once already, at load
+            warnings.simplefilter("always")
+            _calibration._read_user(path)
+        why = (str(caught[0].message).partition("; auto uses")[0].removeprefix("fastmath: ")
+               if caught else f"{path} is not used")
+    return {"value": None, "source": f"{named + ': ' if named else ''}{why}"}
+
+
+def collect() -> dict:
+    import fastmath
+
+    cfg = _config.get()
+    sel = _selection.current()
+    source = ("scoped by fastmath.backend()" if _selection._scoped.get() is not None
+              else "FASTMATH_BACKEND" if "FASTMATH_BACKEND" in cfg.sources
+              and cfg.backend == _selection.state.default else
+              "set_backend()" if _selection.state.default != "auto" else "default")
+    return {
+        "fastmath": fastmath.fastmath_version,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "versions": {d: _version(d) for d in ("numpy", "scipy", "torch", "numexpr", "dask")},
+        "backends": {n: backends.why_unavailable(n) or "available" for n in backends.NAMES},
+        "threads": cfg.num_threads,
+        "selection": {"backend": sel, "source": source},
+        "config": {"strict": cfg.strict, "calibration": cfg.calibration,
+                   "environment": dict(cfg.sources)},
+        "settings": settings(cfg),
+        # after "backends": probing them loads torch, which the GPU lookup then asks
+        "cpu": _hardware.cpu(),
+        "gpus": _hardware.gpus(),
+        "thread_pools": _hardware.thread_pools(),
+    }
+
+
+def shown(setting, value) -> str:
+    """A setting's value for people: no calibration file means the built-in defaults."""
+    return "built-in defaults" if setting == "calibration" and value is None else str(value)
+
+
+def render(d: dict) -> str:
+    cpu = d["cpu"]
+    lines = [f"fastmath {d['fastmath']}  (python {d['python']}, {d['platform']})", "",
+             f"cpu:       {cpu['model']} ({cpu['arch']}), SIMD {cpu['simd']}, "
+             f"{cpu['usable_cores']} of {cpu['logical_cores']} cores usable",
+             "gpus:      " + (", ".join(g["name"] for g in d["gpus"]["devices"])
+                              or d["gpus"]["note"]), "", "versions:"]
+    lines += [f"  {k:<9} {v or 'not installed'}" for k, v in d["versions"].items()]
+    lines += ["", "backends:"]
+    lines += [f"  {k:<11} {v}" for k, v in d["backends"].items()]
+    lines += ["", f"threads:   {d['threads']}",
+              f"selection: {d['selection']['backend']} ({d['selection']['source']})",
+              f"strict:    {d['config']['strict']}", "", "settings:"]
+    lines += [f"  {k:<11} {shown(k, v['value'])}  ({v['source']})"
+              for k, v in d["settings"].items()]
+    env = d["config"]["environment"]
+    lines.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
+    return "\n".join(lines)

@@ -1,0 +1,363 @@
+"""``fastmath bench --peers``: fastmath beside the other ways of computing the same thing.
+
+For each cell (function, dtype, size) every installed peer computes the same input:
+NumPy/SciPy (the reference), fastmath's ``auto``, numexpr, torch allocating its own result
+and torch writing into a NumPy-allocated one, mkl_umath, numba's
+``@vectorize(target="parallel")``, and ``jax.jit`` with the copies to and from JAX counted.
+Each peer's time is the median of interleaved rounds (a noisy neighbour slows every peer
+alike), each with its largest distance in ULPs from the reference. A peer that is not
+installed, or has no such function, is left out of the cell. logsumexp has its own peers:
+SciPy, the plain NumPy expression ``m + log(sum(exp(a - m)))``, torch, numexpr, numba and
+jax.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+FUNCTIONS = ("exp", "log", "log1p", "expm1", "erf")
+DTYPES = ("float32", "float64")
+SIZES = (10**5, 10**7)
+LSE_CASES = ((1000,), None), ((10**5,), None), ((10**7,), None), ((3000, 3000), None), \
+    ((3000, 3000), 0)
+TARGET = 0.02  # seconds per timed sample
+
+
+def _input(name, shape, dtype, rng):
+    """Inputs from the registry row's sample domain (where the reference is finite)."""
+    from .._registry import BY_NAME
+
+    return BY_NAME[name].sample(math.prod(shape), dtype, rng)[0].reshape(shape)
+
+
+# --- the peers: name -> callable(x) -> result, or None where the peer cannot -----------------
+
+def _numexpr(name):
+    if name == "erf":
+        return None
+    import numexpr
+
+    return lambda x: numexpr.evaluate(f"{name}(x)", local_dict={"x": x})
+
+
+def _torch_fn(name):
+    import torch
+
+    return torch.special.erf if name == "erf" else getattr(torch, name)
+
+
+def _torch_own(name):
+    import torch
+
+    fn = _torch_fn(name)
+
+    def run(x):
+        with torch.inference_mode():
+            return fn(torch.from_numpy(x)).numpy()
+    return run
+
+
+def _torch_into_numpy(name):
+    import torch
+
+    fn = _torch_fn(name)
+
+    def run(x):
+        out = np.empty_like(x)
+        with torch.inference_mode():
+            fn(torch.from_numpy(x), out=torch.from_numpy(out))
+        return out
+    return run
+
+
+def _mkl_umath(name):
+    import mkl_umath
+
+    fn = getattr(mkl_umath, name, None)
+    return None if fn is None else (lambda x: fn(x))
+
+
+def _numba(name):
+    import numba
+
+    scalar = getattr(math, name)
+    return numba.vectorize(["float32(float32)", "float64(float64)"], target="parallel")(
+        lambda v: scalar(v))
+
+
+def _jax_setup():
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # float64 in float64, as NumPy computes it
+    return jax
+
+
+def _jax(name):
+    jax = _jax_setup()
+    import jax.numpy as jnp
+    import jax.scipy.special as jsp
+
+    fn = jax.jit(jsp.erf if name == "erf" else getattr(jnp, name))
+    return lambda x: np.asarray(fn(jax.device_put(x)))  # both copies counted
+
+
+ELEMENTWISE_PEERS = {"numexpr": _numexpr, "torch (own output)": _torch_own,
+                     "torch (out=numpy)": _torch_into_numpy, "mkl_umath": _mkl_umath,
+                     "numba parallel": _numba, "jax.jit": _jax}
+
+
+def _lse_numpy(a, axis):
+    m = np.max(a, axis=axis, keepdims=True)
+    r = m + np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True))
+    return np.squeeze(r, axis=axis) if axis is not None else r.reshape(())[()]
+
+
+def _lse_torch(axis):
+    import torch
+
+    def run(a):
+        with torch.inference_mode():
+            t = torch.from_numpy(a)
+            dims = tuple(range(a.ndim)) if axis is None else axis
+            return torch.logsumexp(t, dim=dims).numpy()
+    return run
+
+
+def _lse_numexpr(axis):
+    import numexpr
+
+    def run(a):
+        m = np.max(a, axis=axis, keepdims=True)
+        e = numexpr.evaluate("exp(a - m)", local_dict={"a": a, "m": m})
+        r = m + np.log(np.sum(e, axis=axis, keepdims=True))
+        return np.squeeze(r, axis=axis) if axis is not None else r.reshape(())[()]
+    return run
+
+
+def _lse_numba(axis):
+    import numba
+
+    @numba.njit(parallel=True, fastmath=False, cache=False)
+    def flat(a):
+        m = -np.inf
+        for i in range(a.size):
+            m = max(m, a[i])
+        s = 0.0
+        for i in numba.prange(a.size):
+            s += math.exp(a[i] - m)
+        return m + math.log(s)
+
+    @numba.njit(parallel=True, cache=False)
+    def columns(a):
+        out = np.empty(a.shape[1], a.dtype)
+        for j in numba.prange(a.shape[1]):
+            m = -np.inf
+            for i in range(a.shape[0]):
+                m = max(m, a[i, j])
+            s = 0.0
+            for i in range(a.shape[0]):
+                s += math.exp(a[i, j] - m)
+            out[j] = m + math.log(s)
+        return out
+    if axis is None:
+        return lambda a: a.dtype.type(flat(a.reshape(-1)))
+    return columns if axis == 0 else None
+
+
+def _lse_jax(axis):
+    jax = _jax_setup()
+    import jax.scipy.special as jsp
+
+    fn = jax.jit(lambda a: jsp.logsumexp(a, axis=axis))
+    return lambda a: np.asarray(fn(jax.device_put(a)))
+
+
+LSE_PEERS = {"numpy expression": lambda axis: (lambda a: _lse_numpy(a, axis)),
+             "torch": _lse_torch, "numexpr": _lse_numexpr, "numba parallel": _lse_numba,
+             "jax.jit": _lse_jax}
+
+
+def installed(module) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+_MODULES = {"numexpr": "numexpr", "torch (own output)": "torch", "torch (out=numpy)": "torch",
+            "mkl_umath": "mkl_umath", "numba parallel": "numba", "jax.jit": "jax",
+            "torch": "torch", "numpy expression": "numpy"}
+
+
+def columns(name, axis=None):
+    """(label, callable) for every peer of ``name`` installed here, reference first."""
+    import scipy.special
+
+    import fastmath
+
+    if name == "logsumexp":
+        cols = [("numpy/scipy", lambda a: scipy.special.logsumexp(a, axis=axis)),
+                ("fastmath auto", lambda a: fastmath.logsumexp(a, axis=axis))]
+        makers = {k: (lambda f=f: f(axis)) for k, f in LSE_PEERS.items()}
+    else:
+        ref = getattr(scipy.special, name) if name == "erf" else getattr(np, name)
+        cols = [("numpy/scipy", ref), ("fastmath auto", getattr(fastmath, name))]
+        makers = {k: (lambda f=f: f(name)) for k, f in ELEMENTWISE_PEERS.items()}
+    for label, make in makers.items():
+        if not installed(_MODULES[label]):
+            continue
+        try:
+            fn = make()
+        except Exception:  # noqa: BLE001 - a peer that cannot be set up is left out
+            fn = None
+        if fn is not None:
+            cols.append((label, fn))
+    return cols
+
+
+def max_ulps(result, expected) -> float:
+    """Largest distance in ULPs of ``result`` from ``expected`` (in ``expected``'s dtype)."""
+    from ._check import ulp_distance
+
+    e = np.asarray(expected)
+    r = np.asarray(result).astype(e.dtype, copy=False).reshape(e.shape)
+    d = ulp_distance(r, e)
+    return float(d.max()) if d.size else 0.0
+
+
+def measure(cols, x, rounds, target=TARGET):
+    """Median seconds per call of each column (rounds interleaved) and its max ULP error."""
+    results = {}
+    reps = {}
+    for label, fn in cols:  # warm up (compiles, lazy imports, pools) and size the repeats
+        results[label] = fn(x)
+        t = time.perf_counter()
+        fn(x)
+        reps[label] = max(1, min(10_000, int(target / max(time.perf_counter() - t, 1e-7))))
+    expected = results[cols[0][0]]
+    errors = {label: max_ulps(r, expected) for label, r in results.items()}
+    del results
+    samples = {label: [] for label, _ in cols}
+    for _ in range(rounds):
+        for label, fn in cols:
+            n = reps[label]
+            t = time.perf_counter()
+            for _ in range(n):
+                fn(x)
+            samples[label].append((time.perf_counter() - t) / n)
+    return {label: float(np.median(v)) for label, v in samples.items()}, errors
+
+
+def cells(functions=FUNCTIONS, dtypes=DTYPES, sizes=SIZES, lse_cases=LSE_CASES):
+    """(name, dtype, shape, axis) of every cell of the grid."""
+    for name in functions:
+        for dtype in dtypes:
+            for n in sizes:
+                yield name, dtype, (n,), None
+    for shape, axis in lse_cases:
+        for dtype in ("float64",):
+            yield "logsumexp", dtype, shape, axis
+
+
+def run(grid, rounds=5, out=print, target=TARGET):
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, dtype, shape, axis in grid:
+        x = _input(name, shape, dtype, rng)
+        cols = columns(name, axis)
+        times, errors = measure(cols, x, rounds, target)
+        peers = {k: v for k, v in times.items() if k not in ("fastmath auto", "numpy/scipy")}
+        best = min(peers, key=peers.get) if peers else "numpy/scipy"
+        fastest_other = min(list(peers.values()) + [times["numpy/scipy"]])
+        row = {"function": name, "dtype": dtype, "shape": list(shape), "axis": axis,
+               "times": times, "max_ulps": errors, "fastest_peer": best,
+               "auto_over_fastest_peer": times["fastmath auto"] / fastest_other,
+               "speedup_vs_reference": times["numpy/scipy"] / times["fastmath auto"]}
+        rows.append(row)
+        out(_format(row))
+        del x
+    return {"load_average": os.getloadavg(), "rounds": rounds, "rows": rows}
+
+
+def _label(row):
+    shape = "x".join(map(str, row["shape"]))
+    axis = "" if row["axis"] is None else f" axis={row['axis']}"
+    return f"{row['function']} {row['dtype']} {shape}{axis}"
+
+
+def _format(row):
+    parts = [f"{k} {v * 1e6:.0f}us ({row['max_ulps'][k]:g} ulp)" for k, v in row["times"].items()]
+    return (f"{_label(row)}: auto/fastest-other {row['auto_over_fastest_peer']:.2f}x, "
+            f"vs reference {row['speedup_vs_reference']:.2f}x faster | " + "; ".join(parts))
+
+
+def plot(result, path) -> None:
+    """Speed of every peer relative to NumPy/SciPy, one group of bars per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    labels = sorted({k for r in rows for k in r["times"]}, key=lambda k: (k != "fastmath auto", k))
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.9), 5))
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        xs = [j + i * width for j, r in enumerate(rows) if label in r["times"]]
+        ys = [r["times"]["numpy/scipy"] / r["times"][label] for r in rows if label in r["times"]]
+        ax.bar(xs, ys, width, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_ylabel("speed relative to NumPy/SciPy (higher is faster)")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))])
+    ax.set_xticklabels([_label(r) for r in rows], rotation=60, ha="right", fontsize=7)
+    load = ", ".join(f"{v:.2f}" for v in result["load_average"])
+    ax.set_title(f"fastmath and its peers on this machine (load average {load})")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--functions", default=",".join(FUNCTIONS + ("logsumexp",)),
+                   help="comma-separated functions (default: the whole grid)")
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes")
+    p.add_argument("--sizes", default=None, help="comma-separated element counts")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per cell")
+    p.add_argument("--quick", action="store_true", help="3 rounds")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the speeds (needs matplotlib)")
+
+
+def main(args) -> int:
+    """Run the grid ``args`` asks for (``fastmath bench --peers`` or bench/peers.py)."""
+    rounds = getattr(args, "rounds", None) or (3 if getattr(args, "quick", False) else 5)
+    functions = [f for f in args.functions.split(",") if f]
+    unknown = set(functions) - set(FUNCTIONS) - {"logsumexp"}
+    if unknown:
+        raise SystemExit(f"unknown function(s) {sorted(unknown)}; choose from "
+                         f"{', '.join(FUNCTIONS + ('logsumexp',))}")
+    sizes = tuple(int(float(s)) for s in args.sizes.split(",")) if args.sizes else SIZES
+    lse = LSE_CASES if "logsumexp" in functions else ()
+    if args.sizes and lse:
+        lse = tuple(((n,), None) for n in sizes)
+    grid = list(cells([f for f in functions if f != "logsumexp"], args.dtypes.split(","),
+                      sizes, lse))
+    print(f"fastmath bench --peers: median time per call of {rounds} interleaved rounds; "
+          f"load average {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    result = run(grid, rounds=rounds, target=0.005 if getattr(args, "quick", False) else TARGET)
+    for path, write in ((args.json, _write_json), (args.plot, plot)):
+        if path:
+            write(result, path)
+            print(f"wrote {path}")
+    return 0
+
+
+def _write_json(result, path):
+    import json
+
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)

@@ -1,0 +1,97 @@
+"""The package layout docs/how-it-works.md describes: every module in its sub-package, no
+import cycle at import time, and no backend importing another."""
+import ast
+from pathlib import Path
+
+import pytest
+
+from fastmath.backends import NAMES
+
+PACKAGE = Path(__import__("fastmath").__file__).parent
+SUBPACKAGES = {"frontends", "dispatch", "backends", "integrations", "tools"}
+# the public surface and what must load before everything else
+TOP_LEVEL = {"__init__", "__main__", "_startup", "_numpy", "_registry", "special", "foreach"}
+BACKEND_MODULES = {f"fastmath.backends.{n.split('-')[0]}" for n in NAMES}
+
+
+def _module(path):
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(path, module_level_only):
+    """fastmath modules a file imports (at import time only, or anywhere in it)."""
+    tree = ast.parse(path.read_text())
+    name = _module(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    nodes = ast.walk(tree) if not module_level_only else _module_level(tree.body)
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                found.add(full if full in MODULES else base)
+    return {m for m in found if m in MODULES and m != name}
+
+
+def _module_level(body):
+    # statements that run when the module is imported: not function or class bodies
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            yield from _module_level(getattr(node, field, []) or [])
+
+
+def test_every_module_sits_in_its_subpackage():
+    stray = [m for m in MODULES if m.count(".") == 1 and m.split(".")[1] not in TOP_LEVEL | SUBPACKAGES]
+    assert not stray, f"modules outside the sub-packages: {stray}"
+    for sub in SUBPACKAGES:
+        assert f"fastmath.{sub}" in MODULES and MODULES[f"fastmath.{sub}"].name == "__init__.py"
+
+
+def test_no_import_cycle_at_import_time():
+    graph = {m: _imports(p, module_level_only=True) for m, p in MODULES.items()}
+    state = {}
+
+    def visit(m, trail):
+        if state.get(m) == "done":
+            return
+        if state.get(m) == "open":
+            cycle = trail[trail.index(m):] + [m]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        state[m] = "open"
+        for n in sorted(graph[m]):
+            # a package's __init__ is imported before its modules: that edge is no cycle
+            if not m.startswith(n + "."):
+                visit(n, trail + [m])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        visit(m, [])
+
+
+@pytest.mark.parametrize("backend", sorted(BACKEND_MODULES & set(MODULES)))
+def test_no_backend_imports_another(backend):
+    # lazy imports count too: a backend may use only neutral modules
+    others = _imports(MODULES[backend], module_level_only=False) & (BACKEND_MODULES - {backend})
+    assert not others, f"{backend} imports {sorted(others)}"
+
+
+def test_the_checks_see_imports():
+    # the parser must find what is there, or every check above passes vacuously
+    torch = _imports(MODULES["fastmath.backends.torch"], module_level_only=False)
+    assert "fastmath.dispatch._parallel" in torch and "fastmath._numpy" in torch
+    assert "fastmath.frontends._pipeline" in _imports(MODULES["fastmath.frontends._ufunc"], True)
