@@ -32,7 +32,7 @@ from fastmath._registry import ROWS
 
 mp, mpf = mpmath.mp, mpmath.mpf
 # 80 bits leaves 27 bits beyond float64 for the few ULPs the references lose;
-# --check-precision (and tests/test_accuracy.py) hold it against PREC + 64.
+# --check-precision (and tests/backends/test_accuracy.py) hold it against PREC + 64.
 PREC = 80
 DTYPES = ("float32", "float64")
 WIDTH = 8  # the reduced axis of logsumexp, softmax, log_softmax
@@ -285,7 +285,7 @@ def bound(spec, dtype, reference_max):
 
 HEADER = """# Accuracy
 
-Written by `python bench/accuracy.py` (do not edit by hand; tests/test_accuracy.py checks
+Written by `python bench/accuracy.py` (do not edit by hand; tests/backends/test_accuracy.py checks
 it lists every function, backend and dtype and that no backend exceeds its bound).
 
 Error is |result - true value| / ulp(true value) in the result's dtype, the true value
@@ -298,7 +298,7 @@ Reductions (logsumexp, softmax, log_softmax) run over axis 1 of rows of {w} valu
 "max / mean" per column; `numpy/scipy` is the reference fastmath mirrors.
 The bound is the one fastmath documents: a backend's maximum error is at most the
 reference's maximum plus the row's ULP bound against the reference (`Spec.ulp`, held by
-tests/test_parity.py); the target is the reference's maximum plus 1 ULP. A backend with
+tests/frontends/test_parity.py); the target is the reference's maximum plus 1 ULP. A backend with
 no kernel for a function runs NumPy's/SciPy's, so its column repeats the reference's.
 
 Large errors in the `numpy/scipy` column are NumPy's and SciPy's own, which fastmath

@@ -124,7 +124,7 @@ _originals: dict = {}  # Spec.ref -> the NumPy/SciPy object, resolved before any
 
 # power's exponent: half whole numbers, so negative bases meet exponents they are defined for
 POWER = (WHOLE, Domain((-10, 10), (0, 64), ints=True))
-# Bounds are measured (tests/test_parity.py holds them to it) over wide samples of each
+# Bounds are measured (tests/frontends/test_parity.py holds them to it) over wide samples of each
 # domain; they are the sum of the two implementations' own errors against the true value,
 # each about 1-2 ULP, so never less than 1 unless both are correctly rounded (square,
 # reciprocal).

@@ -25,8 +25,8 @@ def test_sdist_has_the_tests_helpers_and_license(tmp_path):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         pkg_info = tar.extractfile(next(m for m in tar.getmembers()
                                         if m.name.endswith("/PKG-INFO"))).read().decode()
-    tests = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("*.py")}
-    assert tests <= names, sorted(tests - names)  # conftest, frontends, upstream_plugin too
+    tests = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("*.py")}
+    assert tests <= names, sorted(tests - names)  # conftest, helpers, plugins, every folder
     assert {"LICENSE", "mkdocs.yml", "fastmath/dispatch/calibration-defaults.json"} <= names
     assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")} <= names
     assert "License-Expression: BSD-3-Clause" in pkg_info

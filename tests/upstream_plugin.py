@@ -1,4 +1,4 @@
-"""pytest plugin for tests/test_upstream.py: NumPy's and SciPy's own tests, with fastmath in.
+"""pytest plugin for tests/frontends/test_upstream.py: NumPy's and SciPy's own tests, with fastmath in.
 
 Loaded into a separate pytest process (``-p upstream_plugin``). It keeps only the tests
 that concern fastmath's functions (``SELECT``), and with FASTMATH_UPSTREAM=patch it swaps

@@ -44,7 +44,7 @@ _NAMES = {"linux": ("libmkl_rt.so.3", "libmkl_rt.so.2", "libmkl_rt.so"),
           "darwin": ("libmkl_rt.2.dylib", "libmkl_rt.dylib"),
           "win32": ("mkl_rt.2.dll", "mkl_rt.dll")}.get(sys.platform, ("libmkl_rt.so",))
 
-# float64 results past the row's ULP bound (tests/test_parity.py): VML's erfc and cdfnorm
+# float64 results past the row's ULP bound (tests/frontends/test_parity.py): VML's erfc and cdfnorm
 # keep the subnormal tail that SciPy's flush to zero, and its erfcinv is up to 6 ULP from
 # SciPy's. Their float64 calls are declined; float32 is within 1 ULP.
 FLOAT32_ONLY = ("Erfc", "CdfNorm", "ErfcInv")

@@ -1,6 +1,6 @@
 """torch-cuda on a real GPU. Every test carries the ``cuda`` marker and skips without one.
 
-Run with ``python -m pytest -m cuda -q tests/test_cuda.py``. Speed is measured by
+Run with ``python -m pytest -m cuda -q tests/backends/test_cuda.py``. Speed is measured by
 bench/gpu_stream.py; the one timed check here is a sanity floor far below the acceptance figure,
 there to catch a pipeline that serialises its streams.
 """
@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 import fastmath  # noqa: E402
 from fastmath._registry import BY_NAME, ROWS  # noqa: E402
 
-from conftest import assert_same  # noqa: E402
+from helpers import assert_same  # noqa: E402
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]

@@ -9,7 +9,7 @@ import fastmath
 from fastmath import foreach
 from fastmath._registry import ROWS
 
-from conftest import BACKENDS, BITWISE, assert_same
+from helpers import BACKENDS, BITWISE, assert_same
 
 UNARY = [s for s in ROWS if s.kind in ("unary", "elementwise")]
 

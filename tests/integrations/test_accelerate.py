@@ -13,8 +13,8 @@ import scipy.special
 
 import fastmath
 
-from conftest import assert_same
-from frontends import fastmath_calls
+from helpers import assert_same
+from helpers import fastmath_calls
 
 # A user's module, with every import style the decorator must see through.
 USER_MODULE = '''

@@ -15,7 +15,7 @@ import fastmath
 from fastmath.integrations import _blockwise
 from fastmath.dispatch import _config, _parallel
 
-from conftest import assert_same
+from helpers import assert_same
 
 N = 400_000  # several blocks of _blockwise.BLOCK, above MIN_SIZE
 rng = np.random.default_rng(7)

@@ -7,7 +7,7 @@ import pytest
 
 import fastmath
 
-from conftest import BACKENDS, assert_same
+from helpers import BACKENDS, assert_same
 
 BIG = 300_000  # past every threading threshold
 

@@ -10,7 +10,7 @@ import scipy.special
 
 import fastmath
 
-from conftest import BACKENDS, assert_same
+from helpers import BACKENDS, assert_same
 
 NAMES = ["softmax", "log_softmax"]
 

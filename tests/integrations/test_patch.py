@@ -14,7 +14,7 @@ import fastmath
 from fastmath import _registry
 from fastmath.frontends._ufunc import Ufunc
 
-from conftest import BACKENDS, assert_same
+from helpers import BACKENDS, assert_same
 
 
 def _swapped():

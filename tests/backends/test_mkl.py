@@ -13,7 +13,7 @@ import fastmath
 from fastmath import backends
 from fastmath._registry import BY_NAME
 
-from conftest import assert_same
+from helpers import assert_same
 
 mkl_available = backends.why_unavailable("mkl") is None
 needs_mkl = pytest.mark.skipif(not mkl_available, reason="MKL is not installed")

@@ -5,7 +5,7 @@ For each drawn call the reference and fastmath run on identical fresh inputs und
 same drawn ``np.errstate``; they must agree on the outcome: the same exception class and
 message, the same warnings and error callbacks, the same result type, dtype and shape,
 values equal (numpy backend: bitwise; others: within the row's ULP bound, see
-tests/test_parity.py), the same ``out=`` identity and contents, and input bytes untouched.
+tests/frontends/test_parity.py), the same ``out=`` identity and contents, and input bytes untouched.
 New registry rows are covered without editing this file.
 
 Run longer with HYPOTHESIS_PROFILE=dev (profiles are in conftest.py).
@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 import fastmath
 from fastmath._registry import ROWS
 
-from conftest import BACKENDS, BITWISE, DRAWN, assert_same
+from helpers import BACKENDS, BITWISE, DRAWN, assert_same
 
 # hypothesis draws a hundred cases per function and backend: minutes in all
 pytestmark = pytest.mark.slow
@@ -393,7 +393,7 @@ def lse_calls(draw):
 
 def _lse_close(got, exp, condition, spec, dtype):
     """Within the row's bound in ULPs of max(|result|, 1), scaled by the condition number
-    of a sum with weights of both signs (see tests/test_logsumexp.py for why)."""
+    of a sum with weights of both signs (see tests/frontends/test_logsumexp.py for why)."""
     g, e = np.asarray(got), np.asarray(exp)
     assert type(got) is type(exp) and g.dtype == e.dtype and g.shape == e.shape
     if e.dtype.kind != "f":

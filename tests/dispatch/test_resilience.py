@@ -15,12 +15,12 @@ import pytest
 
 import fastmath
 
-from conftest import BACKENDS
+from helpers import BACKENDS
 
 # each case runs in a fresh interpreter (seconds apiece): in the full run, not the quick one
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HAS_TORCH = "torch-cpu" in BACKENDS
 HANG = 90  # seconds: far beyond what any case here takes when it works
 

@@ -12,7 +12,7 @@ import fastmath
 from fastmath.dispatch import _config, _parallel
 from fastmath._registry import ROWS
 
-from conftest import BACKENDS
+from helpers import BACKENDS
 
 BIG = 300_000  # past every threading threshold
 TIMEOUT = 120  # seconds: a deadlock fails the test instead of hanging CI

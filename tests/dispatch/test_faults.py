@@ -10,7 +10,7 @@ from fastmath.dispatch import _selection
 from fastmath import backends
 from fastmath._registry import BY_NAME, ROWS
 
-from conftest import BACKENDS, assert_same
+from helpers import BACKENDS, assert_same
 
 UNARY = [s for s in ROWS if s.kind == "unary"]
 BIG = 300_000  # past the numpy backend's threading threshold

@@ -5,7 +5,7 @@ import pytest
 import fastmath
 from fastmath.frontends import _linalg
 
-from conftest import BACKENDS, assert_same
+from helpers import BACKENDS, assert_same
 
 pytestmark = pytest.mark.skipif(not hasattr(np, "vecdot"), reason="numpy.vecdot is numpy>=2")
 SHAPES = [(500, 500), (100000, 64), (64, 100000), (32, 512, 512)]  # bench/vecdot.py's

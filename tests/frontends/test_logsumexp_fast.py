@@ -9,7 +9,7 @@ import scipy.special
 import fastmath
 from fastmath.backends.numpy import FAST_MAX, lse_finite
 
-from conftest import assert_same
+from helpers import assert_same
 
 
 def samples(dtype, shape, seed=0):

@@ -17,7 +17,7 @@ import scipy.special
 
 import fastmath
 
-from conftest import BACKENDS
+from helpers import BACKENDS
 
 ULPS = 8
 

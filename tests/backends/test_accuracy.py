@@ -10,7 +10,7 @@ import pytest
 import fastmath
 from fastmath._registry import ROWS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("accuracy", ROOT / "bench" / "accuracy.py")
 accuracy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(accuracy)

@@ -23,7 +23,7 @@ import pytest
 from fastmath.integrations import _loopmode
 
 SITE = Path(numpy.__file__).parent.parent
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 
 # name -> pytest arguments (paths relative to site-packages, or --pyargs modules)
 FULL = {
@@ -48,7 +48,7 @@ QUICK = {
 }
 MODES = ["functions", "loops", "both"]
 # NumPy's ufunc tests also check fastmath's own ufunc objects when names are swapped;
-# tests/test_upstream.py runs those (its selection) for the function mode
+# tests/frontends/test_upstream.py runs those (its selection) for the function mode
 _ONLY_LOOPS = {"numpy-ufuncs"}
 CASES = [(s, m) for s in FULL for m in MODES if s not in _ONLY_LOOPS or m == "loops"]
 # and the loop mode splitting every run of 2 or more elements, so that the suites' small

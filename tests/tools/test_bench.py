@@ -112,6 +112,6 @@ def test_all_extra_installs_what_the_main_command_draws_with():
     import tomllib
     from pathlib import Path
 
-    meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    meta = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     extras = meta["project"]["optional-dependencies"]
     assert "bench" in extras["all"][0] and extras["bench"] == ["matplotlib>=3.5"]

@@ -20,7 +20,7 @@ import fastmath  # noqa: E402
 import fastmath.integrations._dask  # noqa: E402
 from fastmath._registry import ROWS  # noqa: E402
 
-from conftest import assert_same  # noqa: E402
+from helpers import assert_same  # noqa: E402
 from test_logsumexp import close  # noqa: E402
 
 UNARY = [row.name for row in ROWS if row.kind == "unary"]
@@ -210,7 +210,7 @@ def test_gmm_example_agrees_with_plain_dask(client):
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).parent.parent / "examples" / "dask_gmm.py"
+    path = pathlib.Path(__file__).parents[2] / "examples" / "dask_gmm.py"
     spec = importlib.util.spec_from_file_location("dask_gmm", path)
     gmm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gmm)

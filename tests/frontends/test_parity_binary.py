@@ -11,7 +11,7 @@ import fastmath
 from fastmath.dispatch._fpe import recorded, suspects
 from fastmath._registry import ROWS
 
-from conftest import BACKENDS, assert_same
+from helpers import BACKENDS, assert_same
 from test_parity import SPECIALS, bound, values
 
 BINARY = [s for s in ROWS if s.kind == "binary"]

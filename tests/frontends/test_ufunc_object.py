@@ -9,7 +9,7 @@ import scipy.special
 
 import fastmath
 
-from conftest import BACKENDS, assert_same
+from helpers import BACKENDS, assert_same
 
 UFUNCS = [(fastmath.exp, np.exp), (fastmath.log, np.log), (fastmath.log1p, np.log1p),
           (fastmath.expm1, np.expm1), (fastmath.erf, scipy.special.erf)]

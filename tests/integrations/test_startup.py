@@ -14,7 +14,7 @@ import pytest
 
 from fastmath.integrations import _loopmode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROBE = textwrap.dedent("""
     import sys
     heavy = sorted(m for m in ("numpy", "fastmath", "scipy", "torch") if m in sys.modules)

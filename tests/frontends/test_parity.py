@@ -12,7 +12,7 @@ import scipy.special
 import fastmath
 from fastmath._registry import ROWS
 
-from conftest import BACKENDS, BITWISE, assert_same
+from helpers import BACKENDS, BITWISE, assert_same
 
 # plain elementwise functions (sinc, i0) take one argument too and face the same checks
 UNARY = [s for s in ROWS if s.kind in ("unary", "elementwise")]

@@ -23,7 +23,7 @@ from fastmath.backends import _stream  # noqa: E402
 from fastmath.backends import torch as tb  # noqa: E402
 from fastmath.backends.numpy import lse_block, lse_merge  # noqa: E402
 
-from conftest import assert_same  # noqa: E402
+from helpers import assert_same  # noqa: E402
 
 tb._import_torch()
 UNARY = [s for s in ROWS if s.kind == "unary" and "torch" in s.kernels]  # streamed ones

@@ -1,0 +1,73 @@
+"""What the tests share: the backends to test on, ULP distances and comparisons against the
+reference, the front ends a piece of code entered, and the hypothesis cases drawn."""
+import sys
+
+import numpy as np
+
+import fastmath
+from fastmath.frontends import _reductions
+from fastmath.frontends._binary import BinaryUfunc
+from fastmath.frontends._elementwise import Function
+from fastmath.frontends._ufunc import Ufunc
+from fastmath.tools import _check
+
+BACKENDS = [b for b in ("numpy", "torch-cpu", "numexpr", "torch-cuda", "mkl")
+            if b in fastmath.available_backends()] + ["auto"]
+# backends whose elementwise kernels are the reference's own, so results are bitwise equal
+BITWISE = ("numpy",)
+
+
+def ulp_distance(a, b):
+    """Elementwise distance in ULPs between two float arrays of one dtype (fastmath check's)."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.dtype.kind == "f", (a.dtype, b.dtype)
+    return _check.ulp_distance(a, b)
+
+
+def assert_same(result, expected, ulps=0):
+    """Same type, dtype and shape; values equal (NaN == NaN) or within ``ulps``."""
+    assert type(result) is type(expected), (type(result), type(expected))
+    r, e = np.asarray(result), np.asarray(expected)
+    assert r.dtype == e.dtype, (r.dtype, e.dtype)
+    assert r.shape == e.shape, (r.shape, e.shape)
+    if r.dtype.kind == "f" and ulps:
+        d = ulp_distance(r, e)
+        assert d.size == 0 or d.max() <= ulps, f"max ULP distance {d.max()} > {ulps}"
+    elif r.dtype.kind == "f":
+        np.testing.assert_array_equal(r, e)
+        # assert_array_equal treats 0.0 == -0.0; the sign of zero must match too
+        numbers = ~np.isnan(e)
+        np.testing.assert_array_equal(np.signbit(r[numbers]), np.signbit(e[numbers]))
+    elif r.dtype.kind == "O":  # NaN objects compare unequal to themselves
+        same = [a == b or (a != a and b != b) for a, b in zip(r.ravel(), e.ravel())]
+        assert all(same), f"{same.count(False)} objects differ"
+    else:
+        np.testing.assert_array_equal(r, e)
+
+
+# Hypothesis cases run per function, filled by the property-based tests and shown at the end.
+DRAWN: dict = {}
+
+# Observe which fastmath front ends a piece of code entered (a profiler, no stand-ins).
+_ENTRIES = {cls._fast.__code__: lambda f: f.f_locals["self"].__name__
+            for cls in (Ufunc, BinaryUfunc, Function)}
+_ENTRIES[_reductions.logsumexp.__code__] = lambda f: "logsumexp"
+
+
+def fastmath_calls(fn, *args, **kwargs):
+    """(fn's result, names of the fastmath functions called in this thread while it ran)."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in _ENTRIES:
+            seen.append(_ENTRIES[frame.f_code](frame))
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        sys.setprofile(previous)
+    return result, seen
+
+
