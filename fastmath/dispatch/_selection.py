@@ -73,7 +73,8 @@ def set_backend(name: str) -> None:
     Parameters
     ----------
     name : str
-        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+        ``"auto"`` or a backend: ``"numpy"``, ``"numexpr"``, ``"mkl"``, ``"torch-cpu"``,
+        ``"torch-cuda"`` (``available_backends()`` says which run here).
 
     Raises
     ------
@@ -99,7 +100,8 @@ def get_backend() -> str:
     Returns
     -------
     str
-        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+        ``"auto"`` or a backend: ``"numpy"``, ``"numexpr"``, ``"mkl"``, ``"torch-cpu"``,
+        ``"torch-cuda"`` (``available_backends()`` says which run here).
 
     Examples
     --------
@@ -139,7 +141,8 @@ class backend:
     Parameters
     ----------
     name : str
-        ``"auto"``, ``"numpy"``, ``"numexpr"``, ``"torch-cpu"`` or ``"torch-cuda"``.
+        ``"auto"`` or a backend: ``"numpy"``, ``"numexpr"``, ``"mkl"``, ``"torch-cpu"``,
+        ``"torch-cuda"`` (``available_backends()`` says which run here).
 
     Raises
     ------
