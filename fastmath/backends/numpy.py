@@ -6,13 +6,12 @@ the calling thread with no pool at all.
 """
 from __future__ import annotations
 
-import math
-
 from .._numpy import np
 
 from ..dispatch import _parallel
 from ..dispatch._fpe import recorded
 from . import HANDLED, UNCHECKED
+from ._lse import lse_block, lse_merge
 
 # A thread handoff costs about 50 us on the reference machine: below about 1 MiB of
 # input to numpy's exp (about 120 us of work) one thread is faster. Costlier functions
@@ -124,49 +123,7 @@ class _Softmax:
 _KERNELS = {"unary": _Unary, "binary": _Unary, "elementwise": _Elementwise}
 
 
-# --- logsumexp -------------------------------------------------------------------------
-# A partial result for a block is (M, m, s): M the maximum along the reduced axes, m the
-# weight carried by the elements equal to M (their count, or the sum of their b), and s
-# the weighted sum of exp(a - M) over all the other elements. This is SciPy's own
-# decomposition (it finishes with log1p(s/m) + log(m) + M), so it keeps SciPy's accuracy
-# when one element dominates. Partials of neighbouring blocks merge exactly.
-
-
-def lse_block(a, axes, b=None):
-    """(M, m, s) of one block, reduced over ``axes`` with keepdims."""
-    with np.errstate(all="ignore"):
-        if b is not None:
-            a = np.where(b == 0, -np.inf, a)
-        M = np.max(a, axis=axes, keepdims=True)
-        finite = np.isfinite(M)
-        shift = M if finite.all() else np.where(finite, M, 0)
-        e = np.subtract(a, shift, dtype=a.dtype)
-        np.exp(e, out=e)
-        top = a == M
-        if b is None:
-            # counting through a uint8 view is 2-3x faster than summing bools as floats;
-            # a block is far smaller than 2**32 elements
-            m = np.add.reduce(top.view(np.uint8), axis=axes, keepdims=True,
-                              dtype=np.uint32).astype(a.dtype)
-        else:
-            m = np.sum(np.where(top, b, 0), axis=axes, keepdims=True, dtype=a.dtype)
-            np.multiply(e, b, out=e)
-        np.copyto(e, 0, where=top)
-        s = np.sum(e, axis=axes, keepdims=True, dtype=a.dtype)
-    return M, m, s
-
-
-def lse_merge(p, q):
-    """Combine the partials of two blocks reduced along the same axes."""
-    M1, m1, s1 = p
-    M2, m2, s2 = q
-    with np.errstate(all="ignore"):
-        M = np.maximum(M1, M2)
-        top1, top2 = M1 == M, M2 == M
-        m = np.where(top1, m1, 0) + np.where(top2, m2, 0)
-        s = (np.where(top1, s1, (m1 + s1) * np.exp(M1 - M))
-             + np.where(top2, s2, (m2 + s2) * np.exp(M2 - M)))
-    return M, m, s
+# --- logsumexp: SciPy's decomposition (backends/_lse.py) over blocks on the pool ---------
 
 
 def lse_partial(a, axes, b=None):
@@ -207,60 +164,3 @@ def lse_partial(a, axes, b=None):
     for part in parts[1:]:
         acc = lse_merge(acc, part)
     return acc
-
-
-# --- logsumexp of finite input, small enough for one thread ------------------------------
-# SciPy's logsumexp checks for infinities and NaNs in about twenty small NumPy calls before
-# it computes. With a finite maximum none of that can change the result, which is then
-# SciPy's own formula, log1p(s / m) + log(m) + M, over the same arrays with the same
-# reductions: bitwise equal to SciPy's, in a third of the calls.
-FAST_MAX = 2 * BLOCK
-
-
-def lse_finite(a, axis, keepdims):
-    """``scipy.special.logsumexp(a, axis, keepdims=keepdims)`` for a float ndarray whose
-    maxima along ``axis`` are all finite; None for anything else (the caller's general
-    path answers). ``axis`` is None or an int."""
-    if a.ndim == 0 or a.size == 0 or a.size > FAST_MAX:
-        return None
-    if axis is None and (a.ndim == 1 or a.flags.c_contiguous):
-        # one reduction over contiguous memory: SciPy's sums add in this very order
-        out = _lse_flat(a.reshape(-1))
-        if out is None or not keepdims:
-            return out
-        return np.full((1,) * a.ndim, out, a.dtype)
-    if axis is None:
-        axes = tuple(range(a.ndim))
-    elif type(axis) is int and -a.ndim <= axis < a.ndim:
-        axes = (axis % a.ndim,)
-    else:
-        return None
-    M = np.max(a, axis=axes, keepdims=True)
-    if not np.isfinite(M).all():
-        return None
-    top = a == M
-    e = np.subtract(a, M)
-    np.exp(e, out=e)
-    np.copyto(e, 0, where=top)
-    s = np.sum(e, axis=axes, keepdims=True, dtype=a.dtype)
-    m = np.add.reduce(top, axis=axes, keepdims=True, dtype=a.dtype)
-    out = np.log1p(s / m) + np.log(m) + M
-    if not keepdims:
-        out = out.reshape([n for i, n in enumerate(a.shape) if i not in axes])
-    return out[()] if out.ndim == 0 else out
-
-
-def _lse_flat(a):
-    M = a.max()
-    if not math.isfinite(M):
-        return None
-    top = a == M
-    e = a - M
-    np.exp(e, out=e)
-    count = np.count_nonzero(top)
-    if count == 1:
-        e[top.argmax()] = 0
-        return np.log1p(e.sum()) + M  # SciPy adds log(1) = 0, which changes nothing
-    np.copyto(e, 0, where=top)
-    m = a.dtype.type(count)
-    return np.log1p(e.sum() / m) + np.log(m) + M

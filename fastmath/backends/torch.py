@@ -186,7 +186,7 @@ class _Streamed:
     def _lse(self, a, axes, b=None):
         if a.dtype not in _FLOATS or not axes:
             return NotImplemented
-        from .numpy import lse_merge
+        from ._lse import lse_merge
 
         try:
             part = _stream.lse(self.dev, _lse, lse_merge, a, axes, b)

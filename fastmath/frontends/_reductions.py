@@ -17,7 +17,7 @@ from ..dispatch import _chain, _fpe, _selection
 from . import _pipeline, _ufunc
 from ..integrations import _dask
 from .._registry import BY_NAME
-from ..backends.numpy import lse_finite
+from ..backends._lse import lse_finite
 
 _SPEC = BY_NAME["logsumexp"]
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))

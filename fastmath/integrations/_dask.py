@@ -110,7 +110,7 @@ def _flatten(parts):
 
 
 def _lse_merge(parts):
-    from ..backends.numpy import lse_merge
+    from ..backends._lse import lse_merge
 
     parts = list(_flatten(parts))
     M, m, s = functools.reduce(lse_merge, (p[:3] for p in parts))

@@ -21,7 +21,7 @@ from fastmath import backends  # noqa: E402
 from fastmath._registry import BY_NAME, ROWS  # noqa: E402
 from fastmath.backends import _stream  # noqa: E402
 from fastmath.backends import torch as tb  # noqa: E402
-from fastmath.backends.numpy import lse_block, lse_merge  # noqa: E402
+from fastmath.backends._lse import lse_block, lse_merge  # noqa: E402
 
 from helpers import assert_same  # noqa: E402
 
