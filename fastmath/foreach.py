@@ -6,17 +6,23 @@ NumPy's own bits), with NumPy's result dtype and shape; items that are not array
 converted as ``fastmath.<name>`` converts them. ``out=`` is a list of outputs, one per
 input, and may be the input list itself (in place). What changes is how the list runs:
 
+- where ``fastmath.<name>`` would run NumPy's own ufunc loop over an array as it is (the
+  numpy backend, or ``auto`` below its smallest crossover; a C-contiguous, aligned array
+  of a dtype the ufunc takes without a cast), the compiled ``fastmath._loops`` runs that
+  very loop (``ufunc._get_strided_loop``) over every such array, with no Python call per
+  array, the list shared among the threads of its pool;
 - on a torch backend chosen with ``fastmath.backend``/``set_backend``, float32/float64
-  arrays go through torch's ``_foreach_<op>_`` in one call, where torch has one;
-- otherwise many small arrays (of at least 16K elements each) are spread over the thread
-  pool (each thread takes the next run of the list as it comes free); arrays big enough to be split on their own run
-  one after another, each across every thread. Where fastmath.<name> would call NumPy's
-  own function as it is (small arrays), foreach calls it directly.
+  arrays go through torch's ``_foreach_<op>_`` in one call, where torch has one, through
+  the chain runner (a list kernel that fails hands the list to NumPy);
+- everything else runs as ``fastmath.<name>`` of each array: many small arrays (of at
+  least 16K elements each) spread over the thread pool, arrays big enough to be split on
+  their own one after another, each across every thread.
 
 Floating-point errors are reported per array, in list order, as NumPy would report them
 for one call per array. Under ``np.errstate`` modes that act at once (``raise``,
 ``call``) the list runs one array after another in this thread, so the arrays after the
-one that raises are left untouched, as they would be by a loop.
+one that raises are left untouched, as they would be by a loop. With ``out=``, arrays
+whose memory overlaps another's run one after another in list order, as in a loop.
 """
 from __future__ import annotations
 
@@ -24,15 +30,26 @@ import itertools
 
 from ._numpy import np
 
-from . import _fpe, _parallel, _registry, _selection, backends
+from . import _chain, _fpe, _parallel, _registry, _selection, backends
 from ._blockwise import _Log, replay as _replay
+from .backends import HANDLED
 from .backends.numpy import PARALLEL_MIN_BYTES
+
+try:
+    from . import _loops
+except ImportError:  # built without a C compiler: every array takes the Python path
+    _loops = None
 
 _ndarray = np.ndarray
 # Elements per run of small arrays handed to a thread at a time, and the smallest array
 # worth handing to another thread at all.
 SPREAD_RUN = 1 << 15
 SPREAD_MIN = 1 << 14
+# Elements per piece of the list the compiled loop hands to a thread at a time: small
+# enough that a thread whose core is busy elsewhere holds back little of the call.
+NATIVE_PIECE = 1 << 13
+# The dtypes whose NumPy loop the compiled path may run (each one the ufunc takes as is).
+_NATIVE_TYPES = "efdgFDG"
 
 
 class Foreach:
@@ -57,6 +74,7 @@ class Foreach:
                         f"``foreach.{spec.name}(arrays, out=None)`` returns a list; with "
                         f"``out=`` (a list, or ``arrays`` itself) it writes there.")
         self._fn = None
+        self._native = None  # the compiled path's loops, built on first use
         # below this size the numpy backend runs the reference in one piece, as it is
         self._split_size = int(PARALLEL_MIN_BYTES / spec.cost / 16)
 
@@ -88,7 +106,20 @@ class Foreach:
         if "raise" in modes or "call" in modes:
             return [self._one(x, o) for x, o in zip(xs, outs)]
         results = [None] * len(xs)
-        todo = self._torch(xs, outs, results)
+        sel = _selection.current()
+        flags = None
+        if sel == "auto" or sel == "numpy":
+            todo, flags = self._compiled(xs, None if out is None else outs, results, sel)
+        else:
+            todo = self._listed(xs, outs, results, sel)
+        if flags is None:
+            self._rest(todo, xs, outs, results)
+        else:
+            self._reported(todo, xs, outs, results, flags)
+        return results
+
+    def _rest(self, todo, xs, outs, results):
+        """``results[i]`` for each ``i`` of ``todo``, as fastmath.<name> of each array."""
         small, big = [], []
         for i in todo:
             x = xs[i]
@@ -105,7 +136,36 @@ class Foreach:
         if small:
             self._spread(small, xs, outs, results, threads)
         self._some(big, xs, outs, results)
-        return results
+
+    def _reported(self, todo, xs, outs, results, flags):
+        """The arrays left by the compiled path, one at a time with their flags recorded,
+        and then every array's flags reported in list order (as a loop would raise them)."""
+        flags = list(flags)
+        done = len(xs)
+        try:
+            for i in todo:
+                done = i
+                rec = _fpe.Recorder()
+                with np.errstate(all="call", call=rec):
+                    self._some((i,), xs, outs, results)
+                flags[i] = rec.flags
+            done = len(xs)
+        finally:
+            for f in flags[:done]:
+                _fpe.report(self.__name__, f)
+
+    def _compiled(self, xs, outs, results, sel):
+        """Run NumPy's loop over the arrays it takes as they are (see the module
+        docstring); the indices left over, and each array's FP flags (None: none raised)."""
+        loops = self._native
+        if loops is None:
+            loops = self._native = _native_loops(self._spec)
+        if not loops:
+            return range(len(xs)), None
+        limit = _selection.small_size(self._spec) if sel == "auto" else self._split_size
+        flags, left = _loops.foreach(loops, xs, outs, results, limit, self._split_size,
+                                     NATIVE_PIECE, _parallel.threads())
+        return left, flags
 
     def _spread(self, index, xs, outs, results, threads):
         """Runs of ``index`` of about SPREAD_RUN elements, taken in turn by each thread as
@@ -155,33 +215,68 @@ class Foreach:
             else:
                 results[i] = self._one(x, outs[i])
 
-    def _torch(self, xs, outs, results):
-        """Compute what the selected backend's list kernel takes; the indices left over."""
-        todo = list(range(len(xs)))
-        sel = _selection.current()
-        if sel == "auto" or sel == "numpy":
-            return todo
+    def _listed(self, xs, outs, results, sel):
+        """The arrays the selected backend's list kernel takes, computed through the chain
+        runner (NumPy behind it); the indices left over."""
         kernel = getattr(backends.get(sel), "foreach", None)
         kernel = kernel(self._spec) if kernel is not None else None
         if kernel is None:
-            return todo
-        spec = self._spec
-        ins = list(xs)
-        dest = [o if o is not None else (np.empty_like(x) if type(x) is _ndarray else None)
-                for x, o in zip(xs, outs)]
-        if spec.fpe and _fpe.watched():  # flags are derived from the input afterwards
-            ins = [x.copy() if o is x else x for x, o in zip(xs, dest)]
-        take = [i for i in todo if dest[i] is not None]
-        status = kernel([xs[i] for i in take], [dest[i] for i in take])
-        left = sorted(set(todo) - set(take))
-        for i, s in zip(take, status):
-            if s is NotImplemented:
+            return range(len(xs))
+        take, left, ins, dest = [], [], [], []
+        for i, (x, o) in enumerate(zip(xs, outs)):
+            d = o if o is not None else (np.empty_like(x) if type(x) is _ndarray else None)
+            if d is None or not kernel.takes(x, d):
                 left.append(i)
                 continue
-            results[i] = dest[i]
-            if spec.fpe:
-                _fpe.report(spec.name, _fpe.derive(spec.reference(), (ins[i],), dest[i]))
-        return sorted(left)
+            take.append(i)
+            # in place with NumPy behind: a kernel failing part-way, or flags derived from
+            # the input afterwards, needs the input intact
+            ins.append(x.copy() if d is x else x)
+            dest.append(d)
+        if take:
+            chain = ((sel, kernel), ("numpy", self._numpy_list))
+            _chain.run(chain, (ins,), dest, self.__name__, self._derive_list)
+            for i, d in zip(take, dest):
+                results[i] = d
+        return left
+
+    def _numpy_list(self, xs, outs):
+        """The chain's last list kernel: NumPy's own call per array (its own warnings)."""
+        ref = self._spec.reference()
+        for x, o in zip(xs, outs):
+            ref(x, out=o)
+        return HANDLED
+
+    def _derive_list(self, ins, outs):
+        """Each array's flags from its result, reported in list order (see _chain.run)."""
+        if self._spec.fpe:
+            ref = self._spec.reference()
+            for x, o in zip(ins[0], outs):
+                _fpe.report(self.__name__, _fpe.derive(ref, (x,), o))
+        return 0
+
+
+def _native_loops(spec):
+    """``(dtype, result dtype, call info)`` for each dtype whose NumPy loop the compiled
+    path runs for ``spec``: NumPy's own one-argument ufuncs only (SciPy's loops may call
+    back into Python to report their own errors), on dtypes the ufunc takes without a cast."""
+    if _loops is None or spec.kind != "unary" or not spec.ref.startswith("numpy:"):
+        return ()
+    ufunc = spec.reference()
+    if not isinstance(ufunc, np.ufunc) or (ufunc.nin, ufunc.nout) != (1, 1):
+        return ()
+    loops = []
+    for code in _NATIVE_TYPES:
+        dt = np.dtype(code)
+        try:
+            dts, info = ufunc._resolve_dtypes_and_context((dt, None))
+            if dts[0] is not dt or dts[1].hasobject:
+                continue
+            ufunc._get_strided_loop(info, fixed_strides=(dts[0].itemsize, dts[1].itemsize))
+        except Exception:  # noqa: BLE001 - no loop for this dtype, or another NumPy's API
+            continue
+        loops.append((dts[0], dts[1], info))
+    return tuple(loops)
 
 
 def _build():
