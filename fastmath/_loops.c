@@ -32,6 +32,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NSLOTS 1024
@@ -485,6 +486,47 @@ static int takes_out(PyObject *o, PyArrayObject *x, const Loop *lp)
     return xlo + n * lp->strides[0] <= olo || olo + n * lp->strides[1] <= xlo;
 }
 
+/* Calls of foreach left to run on the caller's thread alone, and how many the next
+ * contended call sets aside (doubling, up to 64; 0 after a call that went well). */
+static atomic_int list_skip = 0, list_backoff = 0;
+
+static double seconds(clockid_t clock)
+{
+    struct timespec t;
+    clock_gettime(clock, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Run job on the pool, or return 0. A call whose caller spent well over its own compute
+ * time waiting (a worker, or the caller, without a core: other processes hold them) did
+ * worse than one thread would: the next few calls run on one thread, then one tries
+ * again. On an idle machine the caller waits for one piece at the most. */
+static int run_list(Job *job, int threads)
+{
+    if (atomic_load_explicit(&list_skip, memory_order_relaxed) > 0) {
+        atomic_fetch_sub_explicit(&list_skip, 1, memory_order_relaxed);
+        return 0;
+    }
+    if (pthread_mutex_trylock(&busy) != 0) {
+        return 0;
+    }
+    double wall = seconds(CLOCK_MONOTONIC), cpu = seconds(CLOCK_THREAD_CPUTIME_ID);
+    int ran = run_job(job, threads);
+    pthread_mutex_unlock(&busy);
+    wall = seconds(CLOCK_MONOTONIC) - wall;
+    cpu = seconds(CLOCK_THREAD_CPUTIME_ID) - cpu;
+    if (ran && wall > 1.5 * cpu + 50e-6) {
+        int b = atomic_load_explicit(&list_backoff, memory_order_relaxed);
+        b = b == 0 ? 4 : (b >= 32 ? 64 : 2 * b);
+        atomic_store_explicit(&list_backoff, b, memory_order_relaxed);
+        atomic_store_explicit(&list_skip, b, memory_order_relaxed);
+    }
+    else if (ran) {
+        atomic_store_explicit(&list_backoff, 0, memory_order_relaxed);
+    }
+    return ran;
+}
+
 static PyObject *py_foreach(PyObject *self, PyObject *args)
 {
     PyObject *loops_obj, *ins_obj, *outs_obj, *results;
@@ -523,7 +565,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto fail;
     }
-    npy_intp m = 0, total = 0;
+    npy_intp m = 0, total = 0, allocated = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *x = PyTuple_GET_ITEM(ins, i);
         const Loop *lp = loop_for(x, loops, nloops, limit);
@@ -545,6 +587,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
             if (o == NULL) {
                 goto fail;
             }
+            allocated += PyArray_NBYTES((PyArrayObject *)o);
         }
         if (lp == NULL) {
             /* with out=, what comes after an item left to the caller waits for it */
@@ -592,12 +635,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         job.piece = 1;
     }
     Py_BEGIN_ALLOW_THREADS
-    int ran = 0;
-    if (!serial && pthread_mutex_trylock(&busy) == 0) { /* busy: this thread does it all */
-        ran = run_job(&job, threads);
-        pthread_mutex_unlock(&busy);
-    }
-    if (!ran) {
+    if (serial || !run_list(&job, threads)) { /* the pool busy: this thread does it all */
         run_items(&job.args[0], &job.n, job.steps, &failed);
     }
     Py_END_ALLOW_THREADS
@@ -631,7 +669,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     PyMem_Free(items);
     Py_DECREF(ins);
     Py_XDECREF(outs);
-    return Py_BuildValue("NN", flags, left);
+    return Py_BuildValue("NNn", flags, left, (Py_ssize_t)allocated);
 
 fail:
     PyMem_Free(items);
@@ -795,8 +833,9 @@ static PyMethodDef methods[] = {
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per split, 0: all"},
     {"threads", py_threads, METH_NOARGS, "threads per split"},
     {"foreach", py_foreach, METH_VARARGS,
-     "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads) -> (flags, left):\n"
-     "NumPy's loop over each array of ins, into outs (or new arrays) set in results"},
+     "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads)\n"
+     "-> (flags, left, bytes allocated): NumPy's loop over each array of ins, into outs\n"
+     "(or new arrays) set in results"},
     {NULL, NULL, 0, NULL},
 };
 

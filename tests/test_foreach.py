@@ -239,15 +239,16 @@ def test_compiled_entry_takes_only_what_numpys_loop_runs_as_it_is():
           base.astype(np.int64), np.float64(1.0), np.array(0.5), unaligned,
           base.reshape(8, 8), np.ma.masked_array(base), 1.0, np.empty(0), base[:9].copy()]
     results = [None] * len(xs)
-    flags, left = foreach._loops.foreach(loops, xs, None, results, 1 << 30, 1 << 30, 64, 1)
+    flags, left, allocated = foreach._loops.foreach(loops, xs, None, results, 1 << 30,
+                                                    1 << 30, 64, 1)
     assert left == [1, 2, 3, 4, 5, 6, 7, 9, 10]
-    assert flags is None
+    assert flags is None and allocated == (10 + 64 + 9) * 8
     for i in (0, 8, 11, 12):
         same_bits(results[i], np.exp(xs[i]))
     # arrays of `limit` elements or more are left (fastmath.<name> splits them itself)
     results = [None] * 3
-    _, left = foreach._loops.foreach(loops, [base[:9], base[:10], base], None, results, 10,
-                                     1, 64, 2)
+    _, left, _ = foreach._loops.foreach(loops, [base[:9], base[:10], base], None, results,
+                                        10, 1, 64, 2)
     assert left == [1, 2] and results[1:] == [None, None]
     same_bits(results[0], np.exp(base[:9]))
 
