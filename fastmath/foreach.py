@@ -20,8 +20,9 @@ input, and may be the input list itself (in place). What changes is how the list
 
 Floating-point errors are reported per array, in list order, as NumPy would report them
 for one call per array. Under ``np.errstate`` modes that act at once (``raise``,
-``call``) the list runs one array after another in this thread, so the arrays after the
-one that raises are left untouched, as they would be by a loop. With ``out=``, arrays
+``call``) a list with ``out=`` runs one array after another in this thread, so the
+arrays after the one that raises are left untouched, as they would be by a loop; with
+new outputs the compiled path still runs, and the flags are acted on in list order. With ``out=``, arrays
 whose memory overlaps another's run one after another in list order, as in a loop.
 """
 from __future__ import annotations
@@ -105,19 +106,25 @@ class Foreach:
                 raise ValueError(f"foreach.{self.__name__}: out= has {len(outs)} arrays "
                                  f"for {len(xs)} inputs; it must have one per input")
         modes = np.geterr().values()
-        if "raise" in modes or "call" in modes:
+        acting = "raise" in modes or "call" in modes
+        sel = _selection.current()
+        native = sel == "auto" or sel == "numpy"
+        if acting and (out is not None or not native):
+            # an array after the one that raises must not be written
             return [self._one(x, o) for x, o in zip(xs, outs)]
         results = [None] * len(xs)
-        sel = _selection.current()
         flags = None
-        if sel == "auto" or sel == "numpy":
+        if native:
             todo, flags = self._compiled(xs, None if out is None else outs, results, sel)
         else:
             todo = self._listed(xs, outs, results, sel)
-        if flags is None:
-            self._rest(todo, xs, outs, results)
-        else:
+        if flags is not None:
             self._reported(todo, xs, outs, results, flags)
+        elif acting:  # new outputs, and none of the compiled path's raised anything
+            for i in todo:
+                results[i] = self._one(xs[i], outs[i])
+        else:
+            self._rest(todo, xs, outs, results)
         return results
 
     def _rest(self, todo, xs, outs, results):
@@ -140,21 +147,19 @@ class Foreach:
         self._some(big, xs, outs, results)
 
     def _reported(self, todo, xs, outs, results, flags):
-        """The arrays left by the compiled path, one at a time with their flags recorded,
-        and then every array's flags reported in list order (as a loop would raise them)."""
-        flags = list(flags)
-        done = len(xs)
-        try:
-            for i in todo:
-                done = i
+        """Each array's flags reported in list order, as a loop of calls raises them; the
+        arrays the compiled path left are computed in their turn, their flags recorded.
+        (Under ``raise`` the arrays after the one that raises were computed into new
+        outputs, which are dropped.)"""
+        left = set(todo)
+        name = self.__name__
+        for i, f in enumerate(flags):
+            if i in left:
                 rec = _fpe.Recorder()
                 with np.errstate(all="call", call=rec):
                     self._some((i,), xs, outs, results)
-                flags[i] = rec.flags
-            done = len(xs)
-        finally:
-            for f in flags[:done]:
-                _fpe.report(self.__name__, f)
+                f = rec.flags
+            _fpe.report(name, f)
 
     def _compiled(self, xs, outs, results, sel):
         """Run NumPy's loop over the arrays it takes as they are (see the module

@@ -497,3 +497,31 @@ def test_random_lists_match_a_loop_of_numpy_calls(seed, monkeypatch):
         same_bits(pool, want_pool)
         for g, e in zip(got, want):
             same_bits(g, e)
+
+
+@pytest.mark.parametrize("mode", ["raise", "call"])
+def test_acting_modes_with_new_outputs_act_as_a_loop_would(mode):
+    """errstate raise/call with new outputs (the compiled path runs): the same exception
+    from the same array, and the callback called with the same arguments in the same
+    order, as a loop of NumPy calls; a later array that would fail otherwise is never
+    reached."""
+    xs = [np.ones(5), np.ones(3, np.int64), np.zeros(4), -np.ones(7), np.zeros(2, np.int8),
+          np.zeros(6), np.array(["a"])]
+
+    def run(f):
+        calls = []
+        kw = {"divide": mode, "invalid": mode}
+        if mode == "call":
+            kw["call"] = lambda kind, flags: calls.append((kind, flags))
+        try:
+            with np.errstate(**kw):
+                f()
+        except Exception as e:  # noqa: BLE001 - compared below
+            return calls, (type(e), str(e))
+        return calls, None
+
+    want = run(lambda: [np.log(x) for x in xs])
+    with fastmath.backend("numpy"):
+        got = run(lambda: foreach.log(xs))
+    assert got == want
+    assert want[1] is not None  # the loop raised (FloatingPointError, or the string's)
