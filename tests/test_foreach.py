@@ -525,3 +525,17 @@ def test_acting_modes_with_new_outputs_act_as_a_loop_would(mode):
         got = run(lambda: foreach.log(xs))
     assert got == want
     assert want[1] is not None  # the loop raised (FloatingPointError, or the string's)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_default_filter_shows_a_call_one_warning_per_kind(threads, monkeypatch):
+    """Each array's flags are reported (as by a loop), all from the caller's line: under
+    Python's default filter the user sees each message once per call, NumPy's text."""
+    monkeypatch.setattr(fastmath._parallel, "threads", lambda: threads)
+    xs = [np.zeros(2000), -np.ones(3000), np.ones(1000)] * 100
+    with fastmath.backend("numpy"), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("default")
+        foreach.log(xs)
+    assert [(m.category, str(m.message), m.filename) for m in w] == [
+        (RuntimeWarning, "divide by zero encountered in log", __file__),
+        (RuntimeWarning, "invalid value encountered in log", __file__)]
