@@ -20,6 +20,11 @@
  * clears its flags, and reports what its pieces raised; the caller raises their union
  * in its own thread, where NumPy's error check (np.errstate) reads it.
  * After fork() the child has no pool threads: the pool is rebuilt on first use.
+ *
+ * foreach() (for fastmath.foreach) runs one such loop, the one NumPy's own call would run
+ * (numpy.ufunc._get_strided_loop), over each array of a list, the list cut into pieces
+ * that the caller and the pool's threads take in turn: no Python call per array, and each
+ * array's FP flags kept apart, for the caller to report in list order.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
