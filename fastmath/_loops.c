@@ -544,6 +544,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     if (PyArray_API == NULL && _import_array() < 0) {
         return NULL;
     }
+    threads = threads > MAXTHREADS ? MAXTHREADS : threads;
     Loop loops[MAXLOOPS];
     int nloops = parse_loops(loops_obj, loops);
     if (nloops < 0) {

@@ -22,8 +22,9 @@ Floating-point errors are reported per array, in list order, as NumPy would repo
 for one call per array. Under ``np.errstate`` modes that act at once (``raise``,
 ``call``) a list with ``out=`` runs one array after another in this thread, so the
 arrays after the one that raises are left untouched, as they would be by a loop; with
-new outputs the compiled path still runs, and the flags are acted on in list order. With ``out=``, arrays
-whose memory overlaps another's run one after another in list order, as in a loop.
+new outputs the compiled path still runs, and the flags are acted on in list order.
+With ``out=``, arrays whose memory overlaps another's run one after another in list
+order, as in a loop.
 """
 from __future__ import annotations
 
