@@ -345,11 +345,18 @@ static int fpe_bits(int raised)
            | (raised & FE_INVALID ? UFUNC_FPE_INVALID : 0);
 }
 
+typedef struct {
+    atomic_int failed; /* a loop returned an error */
+    int stop;          /* one thread only: stop after an item raising any of these flags */
+    npy_intp ran;      /* the items run: fewer than all only where stop stopped them */
+} Run;
+
 /* A job's "loop" (see run_pieces): args[0] is the first of *count items. Each item's
  * flags are its own, as NumPy's check after one call per array would see them. */
 static void run_items(char **args, npy_intp const *count, npy_intp const *steps, void *data)
 {
     (void)steps;
+    Run *run = data;
     Item *it = (Item *)args[0];
     feclearexcept(ERRORS);
     for (npy_intp k = 0; k < *count; k++, it++) {
@@ -359,13 +366,17 @@ static void run_items(char **args, npy_intp const *count, npy_intp const *steps,
         const Loop *lp = it->loop;
         if (lp->info->strided_loop(lp->info->context, it->args, &it->n, lp->strides,
                                    lp->info->auxdata) < 0) {
-            atomic_store((atomic_int *)data, 1);
+            atomic_store(&run->failed, 1);
             return;
         }
         int raised = fetestexcept(ERRORS);
         if (raised) {
             it->flags = lp->info->no_floatingpoint_errors ? 0 : fpe_bits(raised);
             feclearexcept(ERRORS);
+            if (it->flags & run->stop) { /* one thread, so k counts from the first */
+                run->ran = k + 1;
+                return;
+            }
         }
     }
 }
@@ -536,9 +547,9 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
 {
     PyObject *loops_obj, *ins_obj, *outs_obj, *results;
     Py_ssize_t limit, min_parallel, piece;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOOO!nnni", &loops_obj, &ins_obj, &outs_obj, &PyList_Type,
-                          &results, &limit, &min_parallel, &piece, &threads)) {
+    int threads, stop = 0;
+    if (!PyArg_ParseTuple(args, "OOOO!nnni|i", &loops_obj, &ins_obj, &outs_obj, &PyList_Type,
+                          &results, &limit, &min_parallel, &piece, &threads, &stop)) {
         return NULL;
     }
     if (PyArray_API == NULL && _import_array() < 0) {
@@ -626,12 +637,14 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         it->flags = 0;
         total += it->n;
     }
-    int serial = threads <= 1 || total < min_parallel || m < 2
+    stop = outs == NULL ? 0 : stop; /* new outputs: nothing is seen before the caller's */
+    int serial = threads <= 1 || total < min_parallel || m < 2 || stop
                  || (outs != NULL && entangled(items, m));
-    atomic_int failed = 0;
+    Run run = {.stop = stop, .ran = m};
+    atomic_init(&run.failed, 0);
     Job job;
     job.loop = run_items;
-    job.data = &failed;
+    job.data = &run;
     job.nargs = 1;
     job.args[0] = (char *)items;
     job.steps[0] = sizeof(Item);
@@ -642,14 +655,31 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     }
     Py_BEGIN_ALLOW_THREADS
     if (serial || !run_list(&job, threads)) { /* the pool busy: this thread does it all */
-        run_items(&job.args[0], &job.n, job.steps, &failed);
+        run_items(&job.args[0], &job.n, job.steps, &run);
     }
     Py_END_ALLOW_THREADS
-    if (failed) {
+    if (atomic_load(&run.failed)) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_RuntimeError, "NumPy's loop failed in foreach");
         }
         goto fail;
+    }
+    if (run.ran < m) { /* stopped (out= given, so left is a tail): the rest is left too */
+        PyObject *tail = PyList_New(0);
+        for (npy_intp k = run.ran; tail != NULL && k < m; k++) {
+            PyObject *i = PyLong_FromSsize_t(items[k].index);
+            if (i == NULL || PyList_Append(tail, i) < 0) {
+                Py_CLEAR(tail);
+            }
+            Py_XDECREF(i);
+        }
+        if (tail == NULL || PyList_SetSlice(tail, PyList_GET_SIZE(tail),
+                                            PyList_GET_SIZE(tail), left) < 0) {
+            Py_XDECREF(tail);
+            goto fail;
+        }
+        Py_SETREF(left, tail);
+        m = run.ran;
     }
     PyObject *flags = Py_None;
     for (npy_intp k = 0; k < m; k++) {
@@ -839,9 +869,9 @@ static PyMethodDef methods[] = {
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per split, 0: all"},
     {"threads", py_threads, METH_NOARGS, "threads per split"},
     {"foreach", py_foreach, METH_VARARGS,
-     "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads)\n"
+     "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads, stop=0)\n"
      "-> (flags, left, bytes allocated): NumPy's loop over each array of ins, into outs\n"
-     "(or new arrays) set in results"},
+     "(or new arrays) set in results; with outs, stop after an array raising flags & stop"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -112,6 +112,8 @@ class Foreach:
         native = sel == "auto" or sel == "numpy"
         if acting and (out is not None or not native):
             # an array after the one that raises must not be written
+            if native and self._loops():
+                return self._in_turn(xs, outs, sel)
             return [self._one(x, o) for x, o in zip(xs, outs)]
         results = [None] * len(xs)
         flags = None
@@ -162,16 +164,49 @@ class Foreach:
                 f = rec.flags
             _fpe.report(name, f)
 
-    def _compiled(self, xs, outs, results, sel):
-        """Run NumPy's loop over the arrays it takes as they are (see the module
-        docstring); the indices left over, and each array's FP flags (None: none raised)."""
+    def _in_turn(self, xs, outs, sel):
+        """out= under errstate raise/call: the compiled path in this thread, stopping after
+        each array whose flags act, which are acted on before the next array is written."""
+        modes = np.geterr()
+        acts = sum(bit for key, bit, _ in _fpe._CATEGORIES if modes[key] in ("raise", "call"))
+        loops, limit, name = self._loops(), self._limit(sel), self.__name__
+        results = [None] * len(xs)
+        start = 0
+        while start < len(xs):
+            part = [None] * (len(xs) - start)
+            flags, left, _ = _loops.foreach(loops, xs[start:], outs[start:], part, limit,
+                                            0, NATIVE_PIECE, 1, acts)
+            done = left[0] if left else len(part)
+            results[start:start + done] = part[:done]
+            for f in flags or ():
+                _fpe.report(name, f)
+            if done and flags and flags[done - 1] & acts:
+                start += done  # stopped after an array that acted: go on from the next
+            elif done < len(part):  # one the compiled path left
+                i = start + done
+                results[i] = self._one(xs[i], outs[i])
+                start = i + 1
+            else:
+                break
+        return results
+
+    def _loops(self):
         loops = self._native
         if loops is None:
             loops = self._native = _native_loops(self._spec)
+        return loops
+
+    def _limit(self, sel):
+        """Arrays of this size or more are left to fastmath.<name>, which splits them."""
+        return _selection.small_size(self._spec) if sel == "auto" else self._split_size
+
+    def _compiled(self, xs, outs, results, sel):
+        """Run NumPy's loop over the arrays it takes as they are (see the module
+        docstring); the indices left over, and each array's FP flags (None: none raised)."""
+        loops = self._loops()
         if not loops:
             return range(len(xs)), None
-        limit = _selection.small_size(self._spec) if sel == "auto" else self._split_size
-        flags, left, allocated = _loops.foreach(loops, xs, outs, results, limit,
+        flags, left, allocated = _loops.foreach(loops, xs, outs, results, self._limit(sel),
                                                 self._split_size, NATIVE_PIECE,
                                                 _parallel.threads())
         if allocated >= RECYCLE and _alloc._tuned is None:

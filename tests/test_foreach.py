@@ -539,3 +539,35 @@ def test_default_filter_shows_a_call_one_warning_per_kind(threads, monkeypatch):
     assert [(m.category, str(m.message), m.filename) for m in w] == [
         (RuntimeWarning, "divide by zero encountered in log", __file__),
         (RuntimeWarning, "invalid value encountered in log", __file__)]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+@pytest.mark.parametrize("mode", ["raise", "call"])
+def test_acting_modes_in_place_act_as_a_loop_would(mode, backend):
+    """errstate raise/call with out= (the compiled path in this thread, stopping after
+    each array whose flags act): the same exception or callback calls, in the same order,
+    and every array written exactly as far as the loop wrote (none after a raise)."""
+    def make():
+        xs = [np.ones(5), np.zeros(4), np.full(3, 3.0), -np.ones(7), np.full(6, 2.0)[::2],
+              np.zeros(2, np.float32), np.ones(5), -np.ones(2)]
+        return xs * 3
+
+    def run(f, xs):
+        calls = []
+        kw = {"divide": mode, "invalid": mode}
+        if mode == "call":
+            kw["call"] = lambda kind, flags: calls.append((kind, flags))
+        try:
+            with np.errstate(**kw):
+                f(xs)
+        except Exception as e:  # noqa: BLE001 - compared below
+            return calls, (type(e), str(e)), xs
+        return calls, None, xs
+
+    want = run(lambda xs: [np.log(x, out=x) for x in xs], make())
+    with fastmath.backend(backend):
+        got = run(lambda xs: foreach.log(xs, out=xs), make())
+    assert got[:2] == want[:2]
+    assert (want[1] is None) == (mode == "call")
+    for g, w in zip(got[2], want[2]):
+        same_bits(g, w)
