@@ -507,24 +507,26 @@ def test_acting_modes_with_new_outputs_act_as_a_loop_would(mode):
     reached."""
     xs = [np.ones(5), np.ones(3, np.int64), np.zeros(4), -np.ones(7), np.zeros(2, np.int8),
           np.zeros(6), np.array(["a"])]
-
-    def run(f):
-        calls = []
-        kw = {"divide": mode, "invalid": mode}
-        if mode == "call":
-            kw["call"] = lambda kind, flags: calls.append((kind, flags))
-        try:
-            with np.errstate(**kw):
-                f()
-        except Exception as e:  # noqa: BLE001 - compared below
-            return calls, (type(e), str(e))
-        return calls, None
-
-    want = run(lambda: [np.log(x) for x in xs])
+    want = acting(mode, lambda: [np.log(x) for x in xs])
     with fastmath.backend("numpy"):
-        got = run(lambda: foreach.log(xs))
+        got = acting(mode, lambda: foreach.log(xs))
     assert got == want
     assert want[1] is not None  # the loop raised (FloatingPointError, or the string's)
+
+
+def acting(mode, f):
+    """Run ``f`` with divide and invalid set to ``mode``: the callback's calls, and the
+    exception raised (type and message) or None."""
+    calls = []
+    kw = {"divide": mode, "invalid": mode}
+    if mode == "call":
+        kw["call"] = lambda kind, flags: calls.append((kind, flags))
+    try:
+        with np.errstate(**kw):
+            f()
+    except Exception as e:  # noqa: BLE001 - compared by the callers
+        return calls, (type(e), str(e))
+    return calls, None
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -552,22 +554,11 @@ def test_acting_modes_in_place_act_as_a_loop_would(mode, backend):
               np.zeros(2, np.float32), np.ones(5), -np.ones(2)]
         return xs * 3
 
-    def run(f, xs):
-        calls = []
-        kw = {"divide": mode, "invalid": mode}
-        if mode == "call":
-            kw["call"] = lambda kind, flags: calls.append((kind, flags))
-        try:
-            with np.errstate(**kw):
-                f(xs)
-        except Exception as e:  # noqa: BLE001 - compared below
-            return calls, (type(e), str(e)), xs
-        return calls, None, xs
-
-    want = run(lambda xs: [np.log(x, out=x) for x in xs], make())
+    xs, ys = make(), make()
+    want = acting(mode, lambda: [np.log(x, out=x) for x in xs])
     with fastmath.backend(backend):
-        got = run(lambda xs: foreach.log(xs, out=xs), make())
-    assert got[:2] == want[:2]
+        got = acting(mode, lambda: foreach.log(ys, out=ys))
+    assert got == want
     assert (want[1] is None) == (mode == "call")
-    for g, w in zip(got[2], want[2]):
-        same_bits(g, w)
+    for y, x in zip(ys, xs):
+        same_bits(y, x)
