@@ -37,7 +37,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define NSLOTS 1024
@@ -502,44 +501,14 @@ static int takes_out(PyObject *o, PyArrayObject *x, const Loop *lp)
     return xlo + n * lp->strides[0] <= olo || olo + n * lp->strides[1] <= xlo;
 }
 
-/* Calls of foreach left to run on the caller's thread alone, and how many the next
- * contended call sets aside (doubling, up to 64; 0 after a call that went well). */
-static atomic_int list_skip = 0, list_backoff = 0;
-
-static double seconds(clockid_t clock)
-{
-    struct timespec t;
-    clock_gettime(clock, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Run job on the pool, or return 0. A call whose caller spent well over its own compute
- * time waiting (a worker, or the caller, without a core: other processes hold them) did
- * worse than one thread would: the next few calls run on one thread, then one tries
- * again. On an idle machine the caller waits for one piece at the most. */
+/* Run job on the pool, or return 0 (the pool is busy with another call). */
 static int run_list(Job *job, int threads)
 {
-    if (atomic_load_explicit(&list_skip, memory_order_relaxed) > 0) {
-        atomic_fetch_sub_explicit(&list_skip, 1, memory_order_relaxed);
-        return 0;
-    }
     if (pthread_mutex_trylock(&busy) != 0) {
         return 0;
     }
-    double wall = seconds(CLOCK_MONOTONIC), cpu = seconds(CLOCK_THREAD_CPUTIME_ID);
     int ran = run_job(job, threads);
     pthread_mutex_unlock(&busy);
-    wall = seconds(CLOCK_MONOTONIC) - wall;
-    cpu = seconds(CLOCK_THREAD_CPUTIME_ID) - cpu;
-    if (ran && wall > 1.5 * cpu + 50e-6) {
-        int b = atomic_load_explicit(&list_backoff, memory_order_relaxed);
-        b = b == 0 ? 4 : (b >= 32 ? 64 : 2 * b);
-        atomic_store_explicit(&list_backoff, b, memory_order_relaxed);
-        atomic_store_explicit(&list_skip, b, memory_order_relaxed);
-    }
-    else if (ran) {
-        atomic_store_explicit(&list_backoff, 0, memory_order_relaxed);
-    }
     return ran;
 }
 
@@ -705,7 +674,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     PyMem_Free(items);
     Py_DECREF(ins);
     Py_XDECREF(outs);
-    return Py_BuildValue("NNn", flags, left, (Py_ssize_t)allocated);
+    return Py_BuildValue("NNnn", flags, left, (Py_ssize_t)allocated, (Py_ssize_t)total);
 
 fail:
     PyMem_Free(items);
@@ -870,8 +839,9 @@ static PyMethodDef methods[] = {
     {"threads", py_threads, METH_NOARGS, "threads per split"},
     {"foreach", py_foreach, METH_VARARGS,
      "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads, stop=0)\n"
-     "-> (flags, left, bytes allocated): NumPy's loop over each array of ins, into outs\n"
-     "(or new arrays) set in results; with outs, stop after an array raising flags & stop"},
+     "-> (flags, left, bytes allocated, elements): NumPy's loop over each array of ins,\n"
+     "into outs (or new arrays) set in results; with outs, stop after an array raising\n"
+     "flags & stop"},
     {NULL, NULL, 0, NULL},
 };
 

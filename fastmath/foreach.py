@@ -28,7 +28,9 @@ order, as in a loop.
 """
 from __future__ import annotations
 
+import collections
 import itertools
+import time
 
 from ._numpy import np
 
@@ -79,6 +81,7 @@ class Foreach:
                         f"``out=`` (a list, or ``arrays`` itself) it writes there.")
         self._fn = None
         self._native = None  # the compiled path's loops, built on first use
+        self._pace = _Pace()
         # below this size the numpy backend runs the reference in one piece, as it is
         self._split_size = int(PARALLEL_MIN_BYTES / spec.cost / 16)
 
@@ -174,8 +177,8 @@ class Foreach:
         start = 0
         while start < len(xs):
             part = [None] * (len(xs) - start)
-            flags, left, _ = _loops.foreach(loops, xs[start:], outs[start:], part, limit,
-                                            0, NATIVE_PIECE, 1, acts)
+            flags, left, _, _ = _loops.foreach(loops, xs[start:], outs[start:], part,
+                                               limit, 0, NATIVE_PIECE, 1, acts)
             done = left[0] if left else len(part)
             results[start:start + done] = part[:done]
             for f in flags or ():
@@ -206,9 +209,14 @@ class Foreach:
         loops = self._loops()
         if not loops:
             return range(len(xs)), None
-        flags, left, allocated = _loops.foreach(loops, xs, outs, results, self._limit(sel),
-                                                self._split_size, NATIVE_PIECE,
-                                                _parallel.threads())
+        threads = _parallel.threads()
+        pool = threads > 1 and self._pace.pool()
+        start = time.perf_counter()
+        flags, left, allocated, n = _loops.foreach(loops, xs, outs, results, self._limit(sel),
+                                                   self._split_size, NATIVE_PIECE,
+                                                   threads if pool else 1)
+        if threads > 1 and n >= self._split_size:  # big enough for the pool to be asked
+            self._pace.took(pool, (time.perf_counter() - start) / n)
         if allocated >= RECYCLE and _alloc._tuned is None:
             # many small outputs freed together shrink glibc's heap, and the next call's
             # outputs fault every page in again (about 1000 faults, 10 ms, for 1000 x 1000
@@ -303,6 +311,36 @@ class Foreach:
             for x, o in zip(ins[0], outs):
                 _fpe.report(self.__name__, _fpe.derive(ref, (x,), o))
         return 0
+
+
+class _Pace:
+    """Whether the compiled path's calls run on the pool or on the caller's thread alone,
+    from the time per element each way took in recent calls of this function.
+
+    On an idle machine the pool wins; when other processes hold the cores, a call whose
+    threads wait for each other can take several times as long as one thread would.
+    Each call goes the way that has been faster (medians of the last few calls each way,
+    robust to one preempted call; the pool by a clear MARGIN), and every PROBE-th call
+    the other way, to notice when the machine changes.
+    """
+
+    PROBE = 32
+    KEEP = 7
+    MARGIN = 0.8  # the pool only where it clearly wins: a wrong pick costs it more
+
+    def __init__(self):
+        self.times = (collections.deque(maxlen=self.KEEP), collections.deque(maxlen=self.KEEP))
+        self.calls = 0
+
+    def pool(self) -> bool:
+        self.calls += 1
+        alone, pool = (sorted(t)[len(t) // 2] if t else None for t in self.times)
+        if pool is None or alone is None:
+            return alone is not None  # try each way first
+        return (pool < self.MARGIN * alone) != (self.calls % self.PROBE == 0)
+
+    def took(self, pool: bool, seconds_per_element: float) -> None:
+        self.times[pool].append(seconds_per_element)
 
 
 def _native_loops(spec):

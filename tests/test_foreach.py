@@ -239,16 +239,16 @@ def test_compiled_entry_takes_only_what_numpys_loop_runs_as_it_is():
           base.astype(np.int64), np.float64(1.0), np.array(0.5), unaligned,
           base.reshape(8, 8), np.ma.masked_array(base), 1.0, np.empty(0), base[:9].copy()]
     results = [None] * len(xs)
-    flags, left, allocated = foreach._loops.foreach(loops, xs, None, results, 1 << 30,
-                                                    1 << 30, 64, 1)
+    flags, left, allocated, n = foreach._loops.foreach(loops, xs, None, results, 1 << 30,
+                                                       1 << 30, 64, 1)
     assert left == [1, 2, 3, 4, 5, 6, 7, 9, 10]
-    assert flags is None and allocated == (10 + 64 + 9) * 8
+    assert flags is None and allocated == (10 + 64 + 9) * 8 and n == 10 + 64 + 9
     for i in (0, 8, 11, 12):
         same_bits(results[i], np.exp(xs[i]))
     # arrays of `limit` elements or more are left (fastmath.<name> splits them itself)
     results = [None] * 3
-    _, left, _ = foreach._loops.foreach(loops, [base[:9], base[:10], base], None, results,
-                                        10, 1, 64, 2)
+    _, left, _, _ = foreach._loops.foreach(loops, [base[:9], base[:10], base], None,
+                                           results, 10, 1, 64, 2)
     assert left == [1, 2] and results[1:] == [None, None]
     same_bits(results[0], np.exp(base[:9]))
 
@@ -562,3 +562,21 @@ def test_acting_modes_in_place_act_as_a_loop_would(mode, backend):
     assert (want[1] is None) == (mode == "call")
     for y, x in zip(ys, xs):
         same_bits(y, x)
+
+
+def test_pace_goes_the_way_measured_faster_and_probes_the_other():
+    """The choice between the pool and one thread: each way once, then the one whose
+    recent calls took less per element (the pool by a clear margin), the other way on
+    every PROBE-th call, and a change of machine noticed from those probes."""
+    pace = foreach._Pace()
+    first = [pace.pool() for _ in range(2)]
+    assert first == [False, False]  # one thread until it has been timed
+    pace.took(False, 1e-9)
+    assert pace.pool() is True  # then the pool, once
+    pace.took(True, 0.95e-9)  # not clearly faster: one thread, but for the probes
+    picks = [pace.pool() for _ in range(2 * pace.PROBE)]
+    assert picks.count(True) == 2
+    for _ in range(pace.KEEP):  # the machine frees up: the probes find the pool faster
+        pace.took(True, 0.5e-9)
+    picks = [pace.pool() for _ in range(2 * pace.PROBE)]
+    assert picks.count(False) == 2
