@@ -319,13 +319,15 @@ class _Pace:
 
     On an idle machine the pool wins; when other processes hold the cores, a call whose
     threads wait for each other can take several times as long as one thread would.
-    Each call goes the way that has been faster (medians of the last few calls each way,
-    robust to one preempted call; the pool by a clear MARGIN), and every PROBE-th call
-    the other way, to notice when the machine changes.
+    Each call goes the way that has been faster in the last few calls each way (one
+    thread's median against the pool's upper quartile, less a MARGIN: on a busy machine
+    the pool is fast now and then only), and every PROBE-th call the other way, to
+    notice when the machine changes.
     """
 
     PROBE = 32
     KEEP = 7
+    FIRST = 3  # calls timed each way before either is preferred
     MARGIN = 0.8  # the pool only where it clearly wins: a wrong pick costs it more
 
     def __init__(self):
@@ -334,10 +336,12 @@ class _Pace:
 
     def pool(self) -> bool:
         self.calls += 1
-        alone, pool = (sorted(t)[len(t) // 2] if t else None for t in self.times)
-        if pool is None or alone is None:
-            return alone is not None  # try each way first
-        return (pool < self.MARGIN * alone) != (self.calls % self.PROBE == 0)
+        alone, pool = (sorted(t) for t in self.times)
+        if min(len(alone), len(pool)) < self.FIRST:
+            return len(pool) < len(alone)  # each way in turn (a first call is slow)
+        # the pool's slow calls count: on a busy machine it is fast now and then only
+        wins = pool[3 * len(pool) // 4] < self.MARGIN * alone[len(alone) // 2]
+        return wins != (self.calls % self.PROBE == 0)
 
     def took(self, pool: bool, seconds_per_element: float) -> None:
         self.times[pool].append(seconds_per_element)

@@ -569,11 +569,12 @@ def test_pace_goes_the_way_measured_faster_and_probes_the_other():
     recent calls took less per element (the pool by a clear margin), the other way on
     every PROBE-th call, and a change of machine noticed from those probes."""
     pace = foreach._Pace()
-    first = [pace.pool() for _ in range(2)]
-    assert first == [False, False]  # one thread until it has been timed
-    pace.took(False, 1e-9)
-    assert pace.pool() is True  # then the pool, once
-    pace.took(True, 0.95e-9)  # not clearly faster: one thread, but for the probes
+    first = []
+    for _ in range(2 * pace.FIRST):  # each way in turn, one thread first
+        first.append(pace.pool())
+        pace.took(first[-1], 0.95e-9 if first[-1] else 1e-9)
+    assert first == [False, True] * pace.FIRST
+    # the pool not clearly faster: one thread, but for the probes
     picks = [pace.pool() for _ in range(2 * pace.PROBE)]
     assert picks.count(True) == 2
     for _ in range(pace.KEEP):  # the machine frees up: the probes find the pool faster
