@@ -25,38 +25,38 @@ def kernel(backend, spec, torch):
 
 
 class _Foreach:
-    """``k(xs, outs)``: computes the pairs it takes, returns UNCHECKED or NotImplemented each."""
+    """``k(xs, outs)``: computes every pair (each one ``takes``), returns UNCHECKED; or
+    NotImplemented, before writing anything, if it cannot take them all."""
 
     __slots__ = ("fn", "device", "torch")
 
     def __init__(self, fn, device, torch):
         self.fn, self.device, self.torch = fn, device, torch
 
-    def __call__(self, xs, outs):
-        from .torch import takes, tensor
+    @staticmethod
+    def takes(x, o) -> bool:
+        from .torch import takes
 
-        status = []
-        pairs = []
-        for x, o in zip(xs, outs):
-            ok = (type(x) is np.ndarray and x.dtype in _FLOATS and takes(x) and x.size
-                  and o.dtype == x.dtype and o.shape == x.shape and takes(o)
-                  and (o is x or not np.may_share_memory(x, o)))
-            status.append(UNCHECKED if ok else NotImplemented)
-            if ok:
-                pairs.append((x, o))
-        if not pairs:
-            return status
+        return bool(type(x) is np.ndarray and x.dtype in _FLOATS and takes(x) and x.size
+                    and o.dtype == x.dtype and o.shape == x.shape and takes(o)
+                    and (o is x or not np.may_share_memory(x, o)))
+
+    def __call__(self, xs, outs):
+        from .torch import tensor
+
+        if not all(self.takes(x, o) for x, o in zip(xs, outs)):
+            return NotImplemented
         torch = self.torch
         with torch.inference_mode():
-            ts = [tensor(o) for _, o in pairs]
+            ts = [tensor(o) for o in outs]
             if self.device == "cpu":
-                for (x, o), t in zip(pairs, ts):
+                for x, o, t in zip(xs, outs, ts):
                     if x is not o:
                         t.copy_(tensor(x))
                 self.fn(ts)
             else:
-                dev = [tensor(x).to(self.device, non_blocking=True) for x, _ in pairs]
+                dev = [tensor(x).to(self.device, non_blocking=True) for x in xs]
                 self.fn(dev)
                 for t, d in zip(ts, dev):
                     t.copy_(d)
-        return status
+        return UNCHECKED

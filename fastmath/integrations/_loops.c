@@ -20,11 +20,16 @@
  * clears its flags, and reports what its pieces raised; the caller raises their union
  * in its own thread, where NumPy's error check (np.errstate) reads it.
  * After fork() the child has no pool threads: the pool is rebuilt on first use.
+ *
+ * foreach() (for fastmath.foreach) runs one such loop, the one NumPy's own call would run
+ * (numpy.ufunc._get_strided_loop), over each array of a list, the list cut into pieces
+ * that the caller and the pool's threads take in turn: no Python call per array, and each
+ * array's FP flags kept apart, for the caller to report in list order.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-#include <numpy/ndarraytypes.h>
+#include <numpy/arrayobject.h>
 #include <numpy/ufuncobject.h>
 
 #include <fenv.h>
@@ -165,6 +170,39 @@ static int ensure_workers(int wanted)
     return nworkers < wanted ? nworkers : wanted;
 }
 
+/* Run ``job`` on the caller's thread and up to threads - 1 of the pool's; the caller holds
+ * ``busy``. 0 when no worker could be started (nothing has run then). */
+static int run_job(Job *job, int threads)
+{
+    atomic_init(&job->next, 0);
+    atomic_init(&job->flags, 0);
+    fegetenv(&job->env);
+
+    pthread_mutex_lock(&lock);
+    int helpers = ensure_workers(threads - 1);
+    if (helpers == 0) {
+        pthread_mutex_unlock(&lock);
+        return 0;
+    }
+    job->active = 0;
+    current = job;
+    generation++;
+    pthread_cond_broadcast(&wake);
+    pthread_mutex_unlock(&lock);
+
+    run_pieces(job);
+
+    /* Every piece is taken. Workers that joined finish theirs; one not yet woken (its core
+     * busy elsewhere) finds no job and is not waited for. */
+    pthread_mutex_lock(&lock);
+    current = NULL;
+    while (job->active > 0) {
+        pthread_cond_wait(&done, &lock);
+    }
+    pthread_mutex_unlock(&lock);
+    return 1;
+}
+
 /* Split one run; 0 when it could not (the caller then runs the original loop). */
 static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *data)
 {
@@ -182,38 +220,15 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         job.piece = (n + threads - 1) / threads;
     }
     job.piece = (job.piece + 63) & ~(npy_intp)63; /* pieces start 64-element aligned */
-    atomic_init(&job.next, 0);
-    atomic_init(&job.flags, 0);
     for (int k = 0; k < job.nargs; k++) {
         job.args[k] = args[k];
         job.steps[k] = steps[k];
     }
-    fegetenv(&job.env);
-
-    pthread_mutex_lock(&lock);
-    int helpers = ensure_workers(threads - 1);
-    if (helpers == 0) {
-        pthread_mutex_unlock(&lock);
-        pthread_mutex_unlock(&busy);
+    int ran = run_job(&job, threads);
+    pthread_mutex_unlock(&busy);
+    if (!ran) {
         return 0;
     }
-    job.active = 0;
-    current = &job;
-    generation++;
-    pthread_cond_broadcast(&wake);
-    pthread_mutex_unlock(&lock);
-
-    run_pieces(&job);
-
-    /* Every piece is taken. Workers that joined finish theirs; one not yet woken (its core
-     * busy elsewhere) finds no job and is not waited for. */
-    pthread_mutex_lock(&lock);
-    current = NULL;
-    while (job.active > 0) {
-        pthread_cond_wait(&done, &lock);
-    }
-    pthread_mutex_unlock(&lock);
-    pthread_mutex_unlock(&busy);
 
     int raised = atomic_load(&job.flags);
     if (raised) {
@@ -290,6 +305,384 @@ T256(0, 0) T256(1, 1) T256(2, 2) T256(3, 3)
 #define P64(n) P16(n##0) P16(n##1) P16(n##2) P16(n##3)
 #define P256(n) P64(n##0) P64(n##1) P64(n##2) P64(n##3)
 static PyUFuncGenericFunction trampolines[NSLOTS] = {P256(0) P256(1) P256(2) P256(3)};
+
+/* ---- foreach: one ufunc loop over a list of arrays ------------------------------- */
+
+/* What numpy.ufunc._get_strided_loop fills in: the loop NumPy itself runs for the
+ * resolved dtypes (and the given fixed strides), with its context and auxdata. */
+#define CALL_INFO "numpy_1.24_ufunc_call_info"
+typedef struct {
+    PyArrayMethod_StridedLoop *strided_loop;
+    PyArrayMethod_Context *context;
+    NpyAuxData *auxdata;
+    npy_bool requires_pyapi;
+    npy_bool no_floatingpoint_errors;
+} CallInfo;
+
+#define MAXLOOPS 16
+#define ERRORS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID)
+
+typedef struct {
+    PyArray_Descr *in, *out;
+    CallInfo *info;
+    npy_intp strides[2];
+} Loop;
+
+typedef struct {
+    char *args[2];
+    npy_intp n;
+    const Loop *loop;
+    Py_ssize_t index; /* in the list */
+    int flags;        /* NumPy's UFUNC_FPE_* bits this item raised */
+} Item;
+
+static int fpe_bits(int raised)
+{
+    return (raised & FE_DIVBYZERO ? UFUNC_FPE_DIVIDEBYZERO : 0)
+           | (raised & FE_OVERFLOW ? UFUNC_FPE_OVERFLOW : 0)
+           | (raised & FE_UNDERFLOW ? UFUNC_FPE_UNDERFLOW : 0)
+           | (raised & FE_INVALID ? UFUNC_FPE_INVALID : 0);
+}
+
+typedef struct {
+    atomic_int failed; /* a loop returned an error */
+    int stop;          /* one thread only: stop after an item raising any of these flags */
+    npy_intp ran;      /* the items run: fewer than all only where stop stopped them */
+} Run;
+
+/* A job's "loop" (see run_pieces): args[0] is the first of *count items. Each item's
+ * flags are its own, as NumPy's check after one call per array would see them. */
+static void run_items(char **args, npy_intp const *count, npy_intp const *steps, void *data)
+{
+    (void)steps;
+    Run *run = data;
+    Item *it = (Item *)args[0];
+    feclearexcept(ERRORS);
+    for (npy_intp k = 0; k < *count; k++, it++) {
+        if (it->n == 0) {
+            continue;
+        }
+        const Loop *lp = it->loop;
+        if (lp->info->strided_loop(lp->info->context, it->args, &it->n, lp->strides,
+                                   lp->info->auxdata) < 0) {
+            atomic_store(&run->failed, 1);
+            return;
+        }
+        int raised = fetestexcept(ERRORS);
+        if (raised) {
+            it->flags = lp->info->no_floatingpoint_errors ? 0 : fpe_bits(raised);
+            feclearexcept(ERRORS);
+            if (it->flags & run->stop) { /* one thread, so k counts from the first */
+                run->ran = k + 1;
+                return;
+            }
+        }
+    }
+}
+
+typedef struct {
+    char *lo, *hi;
+    int out;
+} Extent;
+
+static int by_start(const void *a, const void *b)
+{
+    const Extent *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Whether an output's memory meets any other item's input or output: then the items
+ * must run one after another in list order, as a loop of calls would. */
+static int entangled(const Item *items, npy_intp n)
+{
+    Extent *e = PyMem_Malloc(sizeof(Extent) * (size_t)(2 * n + 1));
+    if (e == NULL) {
+        return 1;
+    }
+    npy_intp m = 0;
+    for (npy_intp i = 0; i < n; i++) {
+        npy_intp bytes = items[i].n * items[i].loop->strides[0];
+        npy_intp obytes = items[i].n * items[i].loop->strides[1];
+        if (bytes == 0) {
+            continue;
+        }
+        if (items[i].args[0] != items[i].args[1]) { /* in place: one extent for both */
+            e[m++] = (Extent){items[i].args[0], items[i].args[0] + bytes, 0};
+        }
+        e[m++] = (Extent){items[i].args[1], items[i].args[1] + obytes, 1};
+    }
+    qsort(e, (size_t)m, sizeof(Extent), by_start);
+    char *any = NULL, *outs = NULL; /* the furthest end seen so far, of any and of outputs */
+    int found = 0;
+    for (npy_intp k = 0; k < m && !found; k++) {
+        found = e[k].lo < (e[k].out ? any : outs);
+        if (any == NULL || e[k].hi > any) {
+            any = e[k].hi;
+        }
+        if (e[k].out && (outs == NULL || e[k].hi > outs)) {
+            outs = e[k].hi;
+        }
+    }
+    PyMem_Free(e);
+    return found;
+}
+
+static int parse_loops(PyObject *loops, Loop *out)
+{
+    if (!PyTuple_Check(loops) || PyTuple_GET_SIZE(loops) > MAXLOOPS) {
+        PyErr_Format(PyExc_TypeError, "loops must be a tuple of at most %d entries", MAXLOOPS);
+        return -1;
+    }
+    int n = (int)PyTuple_GET_SIZE(loops);
+    for (int j = 0; j < n; j++) {
+        PyObject *in, *o, *cap;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(loops, j), "O!O!O", &PyArrayDescr_Type, &in,
+                              &PyArrayDescr_Type, &o, &cap)) {
+            return -1;
+        }
+        CallInfo *info = PyCapsule_GetPointer(cap, CALL_INFO);
+        if (info == NULL) {
+            return -1;
+        }
+        if (info->strided_loop == NULL || info->requires_pyapi) {
+            PyErr_SetString(PyExc_ValueError,
+                            "the loop is not filled in (ufunc._get_strided_loop) or needs the GIL");
+            return -1;
+        }
+        out[j].in = (PyArray_Descr *)in;
+        out[j].out = (PyArray_Descr *)o;
+        out[j].info = info;
+        out[j].strides[0] = PyDataType_ELSIZE(out[j].in);
+        out[j].strides[1] = PyDataType_ELSIZE(out[j].out);
+    }
+    return n;
+}
+
+#define NEED (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED)
+
+/* The loop for array x, or NULL when NumPy's call would do more than run it over x's
+ * memory in order: a cast, another layout, a 0-d result (a scalar), or a subclass. */
+static const Loop *loop_for(PyObject *x, const Loop *loops, int nloops, npy_intp limit)
+{
+    if (Py_TYPE(x) != &PyArray_Type) {
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)x;
+    if (PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & NEED) != NEED || PyArray_SIZE(a) >= limit) {
+        return NULL;
+    }
+    for (int j = 0; j < nloops; j++) {
+        if (PyArray_DESCR(a) == loops[j].in) {
+            return &loops[j];
+        }
+    }
+    return NULL;
+}
+
+/* out= for x takes the loop's output as it is: same shape and dtype, writable, and either
+ * x itself (in place) or apart from it (NumPy would buffer a partial overlap). */
+static int takes_out(PyObject *o, PyArrayObject *x, const Loop *lp)
+{
+    if (Py_TYPE(o) != &PyArray_Type) {
+        return 0;
+    }
+    PyArrayObject *a = (PyArrayObject *)o;
+    int nd = PyArray_NDIM(a);
+    if ((PyArray_FLAGS(a) & (NEED | NPY_ARRAY_WRITEABLE)) != (NEED | NPY_ARRAY_WRITEABLE)
+            || PyArray_DESCR(a) != lp->out || nd != PyArray_NDIM(x)
+            || memcmp(PyArray_DIMS(a), PyArray_DIMS(x), sizeof(npy_intp) * (size_t)nd) != 0) {
+        return 0;
+    }
+    char *xlo = PyArray_BYTES(x), *olo = PyArray_BYTES(a);
+    if (xlo == olo && lp->strides[0] == lp->strides[1]) {
+        return 1;
+    }
+    npy_intp n = PyArray_SIZE(x);
+    return xlo + n * lp->strides[0] <= olo || olo + n * lp->strides[1] <= xlo;
+}
+
+/* Run job on the pool, or return 0 (the pool is busy with another call). */
+static int run_list(Job *job, int threads)
+{
+    if (pthread_mutex_trylock(&busy) != 0) {
+        return 0;
+    }
+    int ran = run_job(job, threads);
+    pthread_mutex_unlock(&busy);
+    return ran;
+}
+
+static PyObject *py_foreach(PyObject *self, PyObject *args)
+{
+    PyObject *loops_obj, *ins_obj, *outs_obj, *results;
+    Py_ssize_t limit, min_parallel, piece;
+    int threads, stop = 0;
+    if (!PyArg_ParseTuple(args, "OOOO!nnni|i", &loops_obj, &ins_obj, &outs_obj, &PyList_Type,
+                          &results, &limit, &min_parallel, &piece, &threads, &stop)) {
+        return NULL;
+    }
+    if (PyArray_API == NULL && _import_array() < 0) {
+        return NULL;
+    }
+    threads = threads > MAXTHREADS ? MAXTHREADS : threads;
+    Loop loops[MAXLOOPS];
+    int nloops = parse_loops(loops_obj, loops);
+    if (nloops < 0) {
+        return NULL;
+    }
+    PyObject *ins = PySequence_Tuple(ins_obj); /* holds the arrays while the GIL is free */
+    if (ins == NULL) {
+        return NULL;
+    }
+    PyObject *outs = outs_obj == Py_None ? NULL : PySequence_Tuple(outs_obj);
+    Py_ssize_t n = PyTuple_GET_SIZE(ins);
+    PyObject *left = NULL;
+    Item *items = NULL;
+    if (outs_obj != Py_None && outs == NULL) {
+        goto fail;
+    }
+    if ((outs != NULL && PyTuple_GET_SIZE(outs) != n) || PyList_GET_SIZE(results) != n) {
+        PyErr_SetString(PyExc_ValueError, "ins, outs and results must have one entry each");
+        goto fail;
+    }
+    items = PyMem_Malloc(sizeof(Item) * (size_t)(n + 1));
+    left = PyList_New(0);
+    if (items == NULL || left == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    npy_intp m = 0, total = 0, allocated = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(ins, i);
+        const Loop *lp = loop_for(x, loops, nloops, limit);
+        PyObject *o = NULL;
+        if (lp != NULL && outs != NULL) {
+            o = PyTuple_GET_ITEM(outs, i);
+            if (!takes_out(o, (PyArrayObject *)x, lp)) {
+                lp = NULL;
+            }
+            else {
+                Py_INCREF(o);
+            }
+        }
+        else if (lp != NULL) {
+            Py_INCREF(lp->out);
+            PyArrayObject *a = (PyArrayObject *)x;
+            o = PyArray_NewFromDescr(&PyArray_Type, lp->out, PyArray_NDIM(a), PyArray_DIMS(a),
+                                     NULL, NULL, 0, NULL);
+            if (o == NULL) {
+                goto fail;
+            }
+            allocated += PyArray_NBYTES((PyArrayObject *)o);
+        }
+        if (lp == NULL) {
+            /* with out=, what comes after an item left to the caller waits for it */
+            PyObject *k = PyLong_FromSsize_t(i);
+            int bad = k == NULL || PyList_Append(left, k) < 0;
+            Py_XDECREF(k);
+            if (bad) {
+                goto fail;
+            }
+            if (outs != NULL) {
+                for (Py_ssize_t r = i + 1; r < n; r++) {
+                    k = PyLong_FromSsize_t(r);
+                    bad = k == NULL || PyList_Append(left, k) < 0;
+                    Py_XDECREF(k);
+                    if (bad) {
+                        goto fail;
+                    }
+                }
+                break;
+            }
+            continue;
+        }
+        PyList_SetItem(results, i, o); /* steals o; drops what was there */
+        Item *it = &items[m++];
+        it->args[0] = PyArray_BYTES((PyArrayObject *)x);
+        it->args[1] = PyArray_BYTES((PyArrayObject *)o);
+        it->n = PyArray_SIZE((PyArrayObject *)x);
+        it->loop = lp;
+        it->index = i;
+        it->flags = 0;
+        total += it->n;
+    }
+    stop = outs == NULL ? 0 : stop; /* new outputs: nothing is seen before the caller's */
+    int serial = threads <= 1 || total < min_parallel || m < 2 || stop
+                 || (outs != NULL && entangled(items, m));
+    Run run = {.stop = stop, .ran = m};
+    atomic_init(&run.failed, 0);
+    Job job;
+    job.loop = run_items;
+    job.data = &run;
+    job.nargs = 1;
+    job.args[0] = (char *)items;
+    job.steps[0] = sizeof(Item);
+    job.n = m;
+    job.piece = total > 0 ? piece * m / total : 1;
+    if (job.piece < 1) {
+        job.piece = 1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (serial || !run_list(&job, threads)) { /* the pool busy: this thread does it all */
+        run_items(&job.args[0], &job.n, job.steps, &run);
+    }
+    Py_END_ALLOW_THREADS
+    if (atomic_load(&run.failed)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "NumPy's loop failed in foreach");
+        }
+        goto fail;
+    }
+    if (run.ran < m) { /* stopped (out= given, so left is a tail): the rest is left too */
+        PyObject *tail = PyList_New(0);
+        for (npy_intp k = run.ran; tail != NULL && k < m; k++) {
+            PyObject *i = PyLong_FromSsize_t(items[k].index);
+            if (i == NULL || PyList_Append(tail, i) < 0) {
+                Py_CLEAR(tail);
+            }
+            Py_XDECREF(i);
+        }
+        if (tail == NULL || PyList_SetSlice(tail, PyList_GET_SIZE(tail),
+                                            PyList_GET_SIZE(tail), left) < 0) {
+            Py_XDECREF(tail);
+            goto fail;
+        }
+        Py_SETREF(left, tail);
+        m = run.ran;
+    }
+    PyObject *flags = Py_None;
+    for (npy_intp k = 0; k < m; k++) {
+        if (items[k].flags) {
+            flags = NULL;
+            break;
+        }
+    }
+    if (flags == NULL) { /* per array of the list; 0 for those left */
+        flags = PyBytes_FromStringAndSize(NULL, n);
+        if (flags == NULL) {
+            goto fail;
+        }
+        char *f = PyBytes_AS_STRING(flags);
+        memset(f, 0, (size_t)n);
+        for (npy_intp k = 0; k < m; k++) {
+            f[items[k].index] = (char)items[k].flags;
+        }
+    }
+    else {
+        Py_INCREF(flags);
+    }
+    PyMem_Free(items);
+    Py_DECREF(ins);
+    Py_XDECREF(outs);
+    return Py_BuildValue("NNnn", flags, left, (Py_ssize_t)allocated, (Py_ssize_t)total);
+
+fail:
+    PyMem_Free(items);
+    Py_DECREF(ins);
+    Py_XDECREF(outs);
+    Py_XDECREF(left);
+    return NULL;
+}
 
 /* ---- Python interface ---------------------------------------------------------- */
 
@@ -444,6 +837,11 @@ static PyMethodDef methods[] = {
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per split, 0: all"},
     {"threads", py_threads, METH_NOARGS, "threads per split"},
+    {"foreach", py_foreach, METH_VARARGS,
+     "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads, stop=0)\n"
+     "-> (flags, left, bytes allocated, elements): NumPy's loop over each array of ins,\n"
+     "into outs (or new arrays) set in results; with outs, stop after an array raising\n"
+     "flags & stop"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,34 +6,57 @@ NumPy's own bits), with NumPy's result dtype and shape; items that are not array
 converted as ``fastmath.<name>`` converts them. ``out=`` is a list of outputs, one per
 input, and may be the input list itself (in place). What changes is how the list runs:
 
+- where ``fastmath.<name>`` would run NumPy's own ufunc loop over an array as it is (the
+  numpy backend, or ``auto`` below its smallest crossover; a C-contiguous, aligned array
+  of a dtype the ufunc takes without a cast), the compiled ``fastmath.integrations._loops`` runs that
+  very loop (``ufunc._get_strided_loop``) over every such array, with no Python call per
+  array, the list shared among the threads of its pool;
 - on a torch backend chosen with ``fastmath.backend``/``set_backend``, float32/float64
-  arrays go through torch's ``_foreach_<op>_`` in one call, where torch has one;
-- otherwise many small arrays (of at least 16K elements each) are spread over the thread
-  pool (each thread takes the next run of the list as it comes free); arrays big enough to be split on their own run
-  one after another, each across every thread. Where fastmath.<name> would call NumPy's
-  own function as it is (small arrays), foreach calls it directly.
+  arrays go through torch's ``_foreach_<op>_`` in one call, where torch has one, through
+  the chain runner (a list kernel that fails hands the list to NumPy);
+- everything else runs as ``fastmath.<name>`` of each array: many small arrays (of at
+  least 16K elements each) spread over the thread pool, arrays big enough to be split on
+  their own one after another, each across every thread.
 
 Floating-point errors are reported per array, in list order, as NumPy would report them
 for one call per array. Under ``np.errstate`` modes that act at once (``raise``,
-``call``) the list runs one array after another in this thread, so the arrays after the
-one that raises are left untouched, as they would be by a loop.
+``call``) a list with ``out=`` runs one array after another in this thread, so the
+arrays after the one that raises are left untouched, as they would be by a loop; with
+new outputs the compiled path still runs, and the flags are acted on in list order.
+With ``out=``, arrays whose memory overlaps another's run one after another in list
+order, as in a loop.
 """
 from __future__ import annotations
 
+import collections
 import itertools
+import time
 
 from .._numpy import np
 
-from ..dispatch import _fpe, _parallel, _selection
 from .. import _registry, backends
+from ..dispatch import _alloc, _chain, _fpe, _parallel, _selection
 from ._blockwise import _Log, replay as _replay
+from ..backends import HANDLED
 from ..backends.numpy import PARALLEL_MIN_BYTES
+
+try:
+    from . import _loops
+except ImportError:  # built without a C compiler: every array takes the Python path
+    _loops = None
 
 _ndarray = np.ndarray
 # Elements per run of small arrays handed to a thread at a time, and the smallest array
 # worth handing to another thread at all.
 SPREAD_RUN = 1 << 15
 SPREAD_MIN = 1 << 14
+# Elements per piece of the list the compiled loop hands to a thread at a time: small
+# enough that a thread whose core is busy elsewhere holds back little of the call.
+NATIVE_PIECE = 1 << 13
+# Outputs allocated by one call from which glibc is asked to keep freed memory for reuse.
+RECYCLE = 1 << 20
+# The dtypes whose NumPy loop the compiled path may run (each one the ufunc takes as is).
+_NATIVE_TYPES = "efdgFDG"
 
 
 class Foreach:
@@ -58,6 +81,8 @@ class Foreach:
                         f"``foreach.{spec.name}(arrays, out=None)`` returns a list; with "
                         f"``out=`` (a list, or ``arrays`` itself) it writes there.")
         self._fn = None
+        self._native = None  # the compiled path's loops, built on first use
+        self._pace = _Pace()
         # below this size the numpy backend runs the reference in one piece, as it is
         self._split_size = int(PARALLEL_MIN_BYTES / spec.cost / 16)
 
@@ -86,10 +111,31 @@ class Foreach:
                 raise ValueError(f"foreach.{self.__name__}: out= has {len(outs)} arrays "
                                  f"for {len(xs)} inputs; it must have one per input")
         modes = np.geterr().values()
-        if "raise" in modes or "call" in modes:
+        acting = "raise" in modes or "call" in modes
+        sel = _selection.current()
+        native = sel == "auto" or sel == "numpy"
+        if acting and (out is not None or not native):
+            # an array after the one that raises must not be written
+            if native and self._loops():
+                return self._in_turn(xs, outs, sel)
             return [self._one(x, o) for x, o in zip(xs, outs)]
         results = [None] * len(xs)
-        todo = self._torch(xs, outs, results)
+        flags = None
+        if native:
+            todo, flags = self._compiled(xs, None if out is None else outs, results, sel)
+        else:
+            todo = self._listed(xs, outs, results, sel)
+        if flags is not None:
+            self._reported(todo, xs, outs, results, flags)
+        elif acting:  # new outputs, and none of the compiled path's raised anything
+            for i in todo:
+                results[i] = self._one(xs[i], outs[i])
+        else:
+            self._rest(todo, xs, outs, results)
+        return results
+
+    def _rest(self, todo, xs, outs, results):
+        """``results[i]`` for each ``i`` of ``todo``, as fastmath.<name> of each array."""
         small, big = [], []
         for i in todo:
             x = xs[i]
@@ -106,7 +152,78 @@ class Foreach:
         if small:
             self._spread(small, xs, outs, results, threads)
         self._some(big, xs, outs, results)
+
+    def _reported(self, todo, xs, outs, results, flags):
+        """Each array's flags reported in list order, as a loop of calls raises them; the
+        arrays the compiled path left are computed in their turn, their flags recorded.
+        (Under ``raise`` the arrays after the one that raises were computed into new
+        outputs, which are dropped.)"""
+        left = set(todo)
+        name = self.__name__
+        for i, f in enumerate(flags):
+            if i in left:
+                rec = _fpe.Recorder()
+                with np.errstate(all="call", call=rec):
+                    self._some((i,), xs, outs, results)
+                f = rec.flags
+            _fpe.report(name, f)
+
+    def _in_turn(self, xs, outs, sel):
+        """out= under errstate raise/call: the compiled path in this thread, stopping after
+        each array whose flags act, which are acted on before the next array is written."""
+        modes = np.geterr()
+        acts = sum(bit for key, bit, _ in _fpe._CATEGORIES if modes[key] in ("raise", "call"))
+        loops, limit, name = self._loops(), self._limit(sel), self.__name__
+        results = [None] * len(xs)
+        start = 0
+        while start < len(xs):
+            part = [None] * (len(xs) - start)
+            flags, left, _, _ = _loops.foreach(loops, xs[start:], outs[start:], part,
+                                               limit, 0, NATIVE_PIECE, 1, acts)
+            done = left[0] if left else len(part)
+            results[start:start + done] = part[:done]
+            for f in flags or ():
+                _fpe.report(name, f)
+            if done and flags and flags[done - 1] & acts:
+                start += done  # stopped after an array that acted: go on from the next
+            elif done < len(part):  # one the compiled path left
+                i = start + done
+                results[i] = self._one(xs[i], outs[i])
+                start = i + 1
+            else:
+                break
         return results
+
+    def _loops(self):
+        loops = self._native
+        if loops is None:
+            loops = self._native = _native_loops(self._spec)
+        return loops
+
+    def _limit(self, sel):
+        """Arrays of this size or more are left to fastmath.<name>, which splits them."""
+        return _selection.small_size(self._spec) if sel == "auto" else self._split_size
+
+    def _compiled(self, xs, outs, results, sel):
+        """Run NumPy's loop over the arrays it takes as they are (see the module
+        docstring); the indices left over, and each array's FP flags (None: none raised)."""
+        loops = self._loops()
+        if not loops:
+            return range(len(xs)), None
+        threads = _parallel.threads()
+        pool = threads > 1 and self._pace.pool()
+        start = time.perf_counter()
+        flags, left, allocated, n = _loops.foreach(loops, xs, outs, results, self._limit(sel),
+                                                   self._split_size, NATIVE_PIECE,
+                                                   threads if pool else 1)
+        if threads > 1 and n >= self._split_size:  # big enough for the pool to be asked
+            self._pace.took(pool, (time.perf_counter() - start) / n)
+        if allocated >= RECYCLE and _alloc._tuned is None:
+            # many small outputs freed together shrink glibc's heap, and the next call's
+            # outputs fault every page in again (about 1000 faults, 10 ms, for 1000 x 1000
+            # float64): let freed memory be recycled, as for one large output
+            _alloc.tune()
+        return left, flags
 
     def _spread(self, index, xs, outs, results, threads):
         """Runs of ``index`` of about SPREAD_RUN elements, taken in turn by each thread as
@@ -156,33 +273,110 @@ class Foreach:
             else:
                 results[i] = self._one(x, outs[i])
 
-    def _torch(self, xs, outs, results):
-        """Compute what the selected backend's list kernel takes; the indices left over."""
-        todo = list(range(len(xs)))
-        sel = _selection.current()
-        if sel == "auto" or sel == "numpy":
-            return todo
+    def _listed(self, xs, outs, results, sel):
+        """The arrays the selected backend's list kernel takes, computed through the chain
+        runner (NumPy behind it); the indices left over."""
         kernel = getattr(backends.get(sel), "foreach", None)
         kernel = kernel(self._spec) if kernel is not None else None
         if kernel is None:
-            return todo
-        spec = self._spec
-        ins = list(xs)
-        dest = [o if o is not None else (np.empty_like(x) if type(x) is _ndarray else None)
-                for x, o in zip(xs, outs)]
-        if spec.fpe and _fpe.watched():  # flags are derived from the input afterwards
-            ins = [x.copy() if o is x else x for x, o in zip(xs, dest)]
-        take = [i for i in todo if dest[i] is not None]
-        status = kernel([xs[i] for i in take], [dest[i] for i in take])
-        left = sorted(set(todo) - set(take))
-        for i, s in zip(take, status):
-            if s is NotImplemented:
+            return range(len(xs))
+        take, left, ins, dest = [], [], [], []
+        for i, (x, o) in enumerate(zip(xs, outs)):
+            d = o if o is not None else (np.empty_like(x) if type(x) is _ndarray else None)
+            if d is None or not kernel.takes(x, d):
                 left.append(i)
                 continue
-            results[i] = dest[i]
-            if spec.fpe:
-                _fpe.report(spec.name, _fpe.derive(spec.reference(), (ins[i],), dest[i]))
-        return sorted(left)
+            take.append(i)
+            # in place with NumPy behind: a kernel failing part-way, or flags derived from
+            # the input afterwards, needs the input intact
+            ins.append(x.copy() if d is x else x)
+            dest.append(d)
+        if take:
+            chain = ((sel, kernel), ("numpy", self._numpy_list))
+            _chain.run(chain, (ins,), dest, self.__name__, self._derive_list)
+            for i, d in zip(take, dest):
+                results[i] = d
+        return left
+
+    def _numpy_list(self, xs, outs):
+        """The chain's last list kernel: NumPy's own call per array (its own warnings)."""
+        ref = self._spec.reference()
+        for x, o in zip(xs, outs):
+            ref(x, out=o)
+        return HANDLED
+
+    def _derive_list(self, ins, outs):
+        """Each array's flags from its result, reported in list order (see _chain.run)."""
+        if self._spec.fpe:
+            ref = self._spec.reference()
+            for x, o in zip(ins[0], outs):
+                _fpe.report(self.__name__, _fpe.derive(ref, (x,), o))
+        return 0
+
+
+class _Pace:
+    """Whether the compiled path's calls run on the pool or on the caller's thread alone,
+    from the time per element each way took in recent calls of this function.
+
+    On an idle machine the pool wins; when other processes hold the cores, a call whose
+    threads wait for each other can take several times as long as one thread would.
+    Each call goes the way that has been faster in the last few calls each way (one
+    thread's median against the pool's upper quartile, less a MARGIN: on a busy machine
+    the pool is fast now and then only), and every PROBE-th call the other way, to
+    notice when the machine changes.
+    """
+
+    PROBE = 32
+    KEEP = 7
+    FIRST = 3  # calls timed each way before either is preferred
+    MARGIN = 0.8  # the pool only where it clearly wins: a wrong pick costs it more
+
+    def __init__(self):
+        self.times = (collections.deque(maxlen=self.KEEP), collections.deque(maxlen=self.KEEP))
+        self.calls = 0
+
+    def pool(self) -> bool:
+        self.calls += 1
+        alone, pool = (sorted(t) for t in self.times)
+        if min(len(alone), len(pool)) < self.FIRST:
+            return len(pool) < len(alone)  # each way in turn (a first call is slow)
+        # the pool's slow calls count: on a busy machine it is fast now and then only
+        wins = pool[3 * len(pool) // 4] < self.MARGIN * alone[len(alone) // 2]
+        return wins != (self.calls % self.PROBE == 0)
+
+    def took(self, pool: bool, seconds_per_element: float) -> None:
+        self.times[pool].append(seconds_per_element)
+
+
+def _native_loops(spec):
+    """``(dtype, result dtype, call info)`` for each dtype whose NumPy loop the compiled
+    path runs for ``spec``: NumPy's own one-argument ufuncs only (SciPy's loops may call
+    back into Python to report their own errors), on dtypes the ufunc takes without a cast."""
+    if _loops is None or spec.kind != "unary" or not spec.ref.startswith("numpy:"):
+        return ()
+    ufunc = spec.reference()
+    if not isinstance(ufunc, np.ufunc) or (ufunc.nin, ufunc.nout) != (1, 1):
+        return ()
+    loops = []
+    for code in _NATIVE_TYPES:
+        dt = np.dtype(code)
+        try:
+            dts, info = ufunc._resolve_dtypes_and_context((dt, None))
+            if dts[0] is not dt or dts[1].hasobject:
+                continue
+            ufunc._get_strided_loop(info, fixed_strides=(dts[0].itemsize, dts[1].itemsize))
+        except Exception:  # noqa: BLE001 - no loop for this dtype, or another NumPy's API
+            continue
+        loops.append((dts[0], dts[1], info))
+    try:  # one element through the compiled path: another NumPy's call info fails here
+        probe = [np.ones(1, dt) for dt, _, _ in loops]
+        got = [None] * len(probe)
+        _loops.foreach(tuple(loops), probe, None, got, 2, 2, 1, 1)
+        with np.errstate(all="ignore"):
+            ok = all(np.array_equal(g, ufunc(p), equal_nan=True) for g, p in zip(got, probe))
+    except Exception:  # noqa: BLE001 - then the Python path it is
+        ok = False
+    return tuple(loops) if ok else ()
 
 
 def _build():

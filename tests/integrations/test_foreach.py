@@ -168,3 +168,416 @@ def test_many_small_arrays_of_every_kind_are_numpys(name, backend):
         assert_same(x, b)
     got[0][...] = -1.0  # results share no memory with one another
     assert_same(got[1], reference(spec, xs[1]))
+
+
+# ---- the compiled path: NumPy's own loop over the list, no Python call per array --------
+
+NUMPY_UNARY = [s for s in UNARY if s.kind == "unary" and s.ref.startswith("numpy:")]
+compiled = pytest.mark.skipif(foreach._loops is None, reason="fastmath.integrations._loops is not built")
+
+
+def same_bits(got, want):
+    """Same type, dtype, shape and bytes (NaN payloads and signs of zero included)."""
+    assert type(got) is type(want), (type(got), type(want))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def floats(seed, count, dtypes=("float64", "float32"), lo=-3.0, hi=3.0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(lo, hi, int(rng.integers(0, 3000))).astype(dtypes[k % len(dtypes)])
+            for k in range(count)]
+
+
+@compiled
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+@pytest.mark.parametrize("spec", NUMPY_UNARY, ids=lambda s: s.name)
+def test_compiled_path_gives_numpys_bits(spec, backend):
+    """Every NumPy unary row over float16/32/64 and complex lists, with NaN, inf and
+    values outside the domain: each result is NumPy's call's, bit for bit, a fresh
+    C-contiguous array of its own; the inputs are untouched."""
+    complex_too = "D->D" in spec.reference().types
+    kinds = ("float64", "float32", "float16") + (("complex128",) if complex_too else ())
+    xs = floats(4, 300, kinds)
+    xs[1][:4] = [np.nan, np.inf, -np.inf, -0.0]
+    before = [x.copy() for x in xs]
+    want = [reference(spec, x) for x in xs]
+    with fastmath.backend(backend), np.errstate(all="ignore"):
+        got = getattr(foreach, spec.name)(xs)
+    for g, w, x, b in zip(got, want, xs, before):
+        same_bits(g, w)
+        assert g.flags.owndata and g.flags.c_contiguous and g.flags.writeable and g.base is None
+        same_bits(x, b)
+
+
+@compiled
+@pytest.mark.parametrize("name", ["exp", "log1p", "sin"])
+def test_compiled_path_in_place_and_into_outputs(name):
+    ref = getattr(np, name)
+    xs = floats(5, 500, lo=-0.5, hi=2.0)
+    want = [ref(x) for x in xs]
+    outs = [np.full_like(x, 7.0) for x in xs]
+    with fastmath.backend("numpy"):
+        got = getattr(foreach, name)(xs, out=outs)
+        assert all(g is o for g, o in zip(got, outs))
+        ys = [x.copy() for x in xs]
+        got = getattr(foreach, name)(ys, out=ys)
+    assert all(g is y for g, y in zip(got, ys))
+    for o, y, w in zip(outs, ys, want):
+        same_bits(o, w)
+        same_bits(y, w)
+
+
+@compiled
+def test_compiled_entry_takes_only_what_numpys_loop_runs_as_it_is():
+    """The C entry itself: which arrays it computes and which it leaves to Python."""
+    spec = next(s for s in NUMPY_UNARY if s.name == "exp")
+    loops = foreach._native_loops(spec)
+    base = np.linspace(0, 1, 64)
+    unaligned = np.frombuffer(b"\0" + base.tobytes(), np.float64, 60, offset=1)
+    xs = [base[:10], base[::2], np.asfortranarray(base.reshape(8, 8)), base.astype(">f8"),
+          base.astype(np.int64), np.float64(1.0), np.array(0.5), unaligned,
+          base.reshape(8, 8), np.ma.masked_array(base), 1.0, np.empty(0), base[:9].copy()]
+    results = [None] * len(xs)
+    flags, left, allocated, n = foreach._loops.foreach(loops, xs, None, results, 1 << 30,
+                                                       1 << 30, 64, 1)
+    assert left == [1, 2, 3, 4, 5, 6, 7, 9, 10]
+    assert flags is None and allocated == (10 + 64 + 9) * 8 and n == 10 + 64 + 9
+    for i in (0, 8, 11, 12):
+        same_bits(results[i], np.exp(xs[i]))
+    # arrays of `limit` elements or more are left (fastmath.<name> splits them itself)
+    results = [None] * 3
+    _, left, _, _ = foreach._loops.foreach(loops, [base[:9], base[:10], base], None,
+                                           results, 10, 1, 64, 2)
+    assert left == [1, 2] and results[1:] == [None, None]
+    same_bits(results[0], np.exp(base[:9]))
+
+
+@compiled
+def test_outputs_that_overlap_other_arrays_run_as_a_loop_would(monkeypatch):
+    """out= views into inputs further down the list, over the pool's threads: each array
+    reads what the earlier calls of a loop wrote; a partial overlap within one array is
+    buffered as NumPy does."""
+    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: 2)
+
+    def lists():
+        buf = np.linspace(-1, 1, 300_000)
+        xs = [buf[k * 1000:k * 1000 + 1500] for k in range(290)]
+        outs = [buf[k * 1000 + 1000:k * 1000 + 2500] for k in range(290)]
+        outs[7] = buf[7100:8600]  # partly over its own input
+        rot = [np.linspace(0, 1, 3000) + k for k in range(100)]
+        return buf, xs, outs, rot
+
+    buf, xs, outs, rot = lists()
+    for x, o in zip(xs, outs):
+        np.sin(x, out=o)
+    rot_want = [r.copy() for r in rot]
+    for x, o in zip(rot_want, rot_want[1:] + rot_want[:1]):
+        np.sin(x, out=o)
+    for _ in range(3):
+        got_buf, gx, go, grot = lists()
+        with fastmath.backend("numpy"):
+            foreach.sin(gx, out=go)
+            foreach.sin(grot, out=grot[1:] + grot[:1])
+        same_bits(got_buf, buf)
+        for g, w in zip(grot, rot_want):
+            same_bits(g, w)
+    # an array left to Python (strided) writes what a later one, the compiled path's, reads
+    buf = np.linspace(0, 1, 2000)
+    later = np.empty(100)
+    with fastmath.backend("numpy"):
+        foreach.sin([buf[:200:2], buf[1000:1100]], out=[buf[1000:1100], later])
+    want = np.linspace(0, 1, 2000)
+    np.sin(want[:200:2], out=want[1000:1100])
+    same_bits(buf, want)
+    same_bits(later, np.sin(want[1000:1100]))
+    twice = np.linspace(0, 1, 5000)  # one array twice in the list: two calls' worth
+    with fastmath.backend("numpy"):
+        foreach.sin([twice, twice] * 20, out=[twice, twice] * 20)
+    want = np.linspace(0, 1, 5000)
+    for _ in range(40):
+        np.sin(want, out=want)
+    same_bits(twice, want)
+
+
+@compiled
+@pytest.mark.parametrize("threads", [1, 2])
+def test_flags_per_array_in_list_order_with_arrays_left_to_python(threads, monkeypatch):
+    """A list where the compiled path takes some arrays and Python the others (casts,
+    strides, scalars): the warnings are a loop's, in the loop's order."""
+    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: threads)
+    big = np.ones(40000)
+    xs = [np.zeros(3), np.zeros(5, np.int64), -np.ones(4), np.ones(7), -np.ones(8)[::2],
+          0.0, np.ones(5), big, np.zeros((2, 3)), np.array(-1.0), np.zeros(3, np.float32)]
+    xs = xs * 5
+
+    def run(f):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            out = f()
+        return out, [(x.category, str(x.message)) for x in w]
+
+    want, want_w = run(lambda: [np.log(x) for x in xs])
+    for backend in ("numpy", "auto"):
+        with fastmath.backend(backend):
+            got, got_w = run(lambda: foreach.log(xs))
+        assert got_w == want_w
+        for g, w in zip(got, want):
+            assert_same(g, w)
+
+
+def test_empty_lists():
+    assert foreach.exp([]) == []
+    assert foreach.log1p([], out=[]) == []
+    assert foreach.sin(iter([])) == []
+
+
+@compiled
+def test_without_the_extension_results_are_the_same(monkeypatch):
+    xs = floats(6, 200)
+    want = foreach.exp(xs)
+    monkeypatch.setattr(foreach, "_loops", None)
+    monkeypatch.setattr(foreach.exp, "_native", None)
+    assert foreach._native_loops(foreach.exp._spec) == ()
+    for g, w in zip(foreach.exp(xs), want):
+        same_bits(g, w)
+
+
+@compiled
+def test_under_the_loop_patch_results_are_numpys():
+    xs = floats(7, 200)
+    want = [np.exp(x) for x in xs]
+    fresh = foreach.Foreach(foreach.exp._spec)  # its loops looked up while patched
+    with fastmath.patch(mode="loops"):
+        for g, w in zip(fresh(xs), want):
+            same_bits(g, w)
+    for g, w in zip(fresh(xs), want):
+        same_bits(g, w)
+
+
+# ---- the torch list kernel runs through the chain runner: its failure is NumPy's work ----
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_list_kernel_that_raises_hands_the_list_to_numpy(in_place, monkeypatch):
+    pytest.importorskip("torch")
+    from fastmath import backends
+    from fastmath.dispatch._selection import _warned
+
+    b = backends.get("torch-cpu")
+    if b.why_unavailable() is not None:
+        pytest.skip(b.why_unavailable())
+    real = b.foreach
+
+    def failing(spec):
+        kernel = real(spec)
+
+        def fn(tensors):
+            tensors[0].fill_(-5.0)  # part written, then a failure
+            raise RuntimeError("device lost")
+
+        kernel.fn = fn
+        return kernel
+
+    monkeypatch.setattr(b, "foreach", failing)
+    _warned.clear()
+    xs = [np.linspace(-1, 1, 100) * k for k in range(1, 6)] + [np.zeros(3)]
+    before = [x.copy() for x in xs]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        want = [np.log1p(x) for x in before]
+    loop_warnings = [str(x.message) for x in w]
+    with fastmath.backend("torch-cpu"), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = foreach.log1p(xs, out=xs if in_place else None)
+    text = [str(x.message) for x in w]
+    assert any("backend 'torch-cpu' failed on log1p" in t and "device lost" in t
+               and "numpy computed it instead" in t for t in text), text
+    # NumPy's own warnings for the arrays that raise flags, as a loop gives them
+    assert [t for t in text if "encountered" in t] == loop_warnings
+    assert len(loop_warnings) >= 5
+    for g, e in zip(got, want):
+        same_bits(g, e)
+    if not in_place:
+        for x, bfr in zip(xs, before):
+            same_bits(x, bfr)
+
+
+# ---- things that could hang, each in a child process with a time limit ----------------
+
+def _child(code):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@compiled
+def test_threads_calling_at_once_and_a_forked_child():
+    out = _child("""
+import os, threading, numpy as np, fastmath
+from fastmath import foreach
+rng = np.random.default_rng(0)
+xs = [rng.uniform(0, 1, 1000) for _ in range(2000)]
+want = [np.exp(x).tobytes() for x in xs]
+def check():
+    for _ in range(20):
+        assert [g.tobytes() for g in foreach.exp(xs)] == want
+ts = [threading.Thread(target=check) for _ in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+pid = os.fork()
+if pid == 0:
+    check()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+check()
+print("ok")
+""")
+    assert out.strip() == "ok"
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(12))
+def test_random_lists_match_a_loop_of_numpy_calls(seed, monkeypatch):
+    """Lists of random dtypes, shapes, layouts and memory sharing, with new outputs, in
+    place and into other arrays: results, outputs and warnings are a loop's."""
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: int(rng.integers(1, 4)))
+    name = ["exp", "log", "sqrt", "log1p", "sin", "arctanh"][seed % 6]
+    ref = getattr(np, name)
+
+    def make():
+        r = np.random.default_rng(seed + 100)
+        pool = r.uniform(-2, 3, 400_000)
+        xs = []
+        for _ in range(int(r.integers(1, 400))):
+            kind = r.integers(0, 8)
+            n = int(r.integers(0, 3000))
+            start = int(r.integers(0, pool.size - 2 * n - 1))
+            if kind == 0:
+                xs.append(pool[start:start + 2 * n:2])  # strided view
+            elif kind == 1:
+                xs.append(pool[start:start + n].astype(np.float32))
+            elif kind == 2:
+                xs.append(pool[start:start + n])  # a view: may overlap others
+            elif kind == 3:
+                xs.append(pool[start:start + n].astype(np.int16))
+            else:
+                xs.append(pool[start:start + n].copy())
+        return pool, xs
+
+    def outs_for(xs, how):
+        if how == "new":
+            return None
+        if how == "in place":
+            return [x if x.dtype.kind == "f" else np.empty(x.shape) for x in xs]
+        return [np.empty_like(x, dtype=np.result_type(x.dtype, np.float16))
+                if x.dtype.kind == "f" else np.empty(x.shape) for x in xs]
+
+    for how in ("new", "in place", "other"):
+        pool, xs = make()
+        outs = outs_for(xs, how)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            want = [ref(x) if outs is None else ref(x, out=o) for x, o in
+                    zip(xs, outs or xs)]
+        want_w = [str(m.message) for m in w]
+        want = [x.copy() for x in want]
+        want_pool = pool.copy()
+        pool, xs = make()
+        outs = outs_for(xs, how)
+        with fastmath.backend("numpy"), warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = getattr(foreach, name)(xs, out=outs)
+        assert [str(m.message) for m in w] == want_w
+        same_bits(pool, want_pool)
+        for g, e in zip(got, want):
+            same_bits(g, e)
+
+
+@pytest.mark.parametrize("mode", ["raise", "call"])
+def test_acting_modes_with_new_outputs_act_as_a_loop_would(mode):
+    """errstate raise/call with new outputs (the compiled path runs): the same exception
+    from the same array, and the callback called with the same arguments in the same
+    order, as a loop of NumPy calls; a later array that would fail otherwise is never
+    reached."""
+    xs = [np.ones(5), np.ones(3, np.int64), np.zeros(4), -np.ones(7), np.zeros(2, np.int8),
+          np.zeros(6), np.array(["a"])]
+    want = acting(mode, lambda: [np.log(x) for x in xs])
+    with fastmath.backend("numpy"):
+        got = acting(mode, lambda: foreach.log(xs))
+    assert got == want
+    assert want[1] is not None  # the loop raised (FloatingPointError, or the string's)
+
+
+def acting(mode, f):
+    """Run ``f`` with divide and invalid set to ``mode``: the callback's calls, and the
+    exception raised (type and message) or None."""
+    calls = []
+    kw = {"divide": mode, "invalid": mode}
+    if mode == "call":
+        kw["call"] = lambda kind, flags: calls.append((kind, flags))
+    try:
+        with np.errstate(**kw):
+            f()
+    except Exception as e:  # noqa: BLE001 - compared by the callers
+        return calls, (type(e), str(e))
+    return calls, None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_default_filter_shows_a_call_one_warning_per_kind(threads, monkeypatch):
+    """Each array's flags are reported (as by a loop), all from the caller's line: under
+    Python's default filter the user sees each message once per call, NumPy's text."""
+    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: threads)
+    xs = [np.zeros(2000), -np.ones(3000), np.ones(1000)] * 100
+    with fastmath.backend("numpy"), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("default")
+        foreach.log(xs)
+    assert [(m.category, str(m.message), m.filename) for m in w] == [
+        (RuntimeWarning, "divide by zero encountered in log", __file__),
+        (RuntimeWarning, "invalid value encountered in log", __file__)]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+@pytest.mark.parametrize("mode", ["raise", "call"])
+def test_acting_modes_in_place_act_as_a_loop_would(mode, backend):
+    """errstate raise/call with out= (the compiled path in this thread, stopping after
+    each array whose flags act): the same exception or callback calls, in the same order,
+    and every array written exactly as far as the loop wrote (none after a raise)."""
+    def make():
+        xs = [np.ones(5), np.zeros(4), np.full(3, 3.0), -np.ones(7), np.full(6, 2.0)[::2],
+              np.zeros(2, np.float32), np.ones(5), -np.ones(2)]
+        return xs * 3
+
+    xs, ys = make(), make()
+    want = acting(mode, lambda: [np.log(x, out=x) for x in xs])
+    with fastmath.backend(backend):
+        got = acting(mode, lambda: foreach.log(ys, out=ys))
+    assert got == want
+    assert (want[1] is None) == (mode == "call")
+    for y, x in zip(ys, xs):
+        same_bits(y, x)
+
+
+def test_pace_goes_the_way_measured_faster_and_probes_the_other():
+    """The choice between the pool and one thread: each way once, then the one whose
+    recent calls took less per element (the pool by a clear margin), the other way on
+    every PROBE-th call, and a change of machine noticed from those probes."""
+    pace = foreach._Pace()
+    first = []
+    for _ in range(2 * pace.FIRST):  # each way in turn, one thread first
+        first.append(pace.pool())
+        pace.took(first[-1], 0.95e-9 if first[-1] else 1e-9)
+    assert first == [False, True] * pace.FIRST
+    # the pool not clearly faster: one thread, but for the probes
+    picks = [pace.pool() for _ in range(2 * pace.PROBE)]
+    assert picks.count(True) == 2
+    for _ in range(pace.KEEP):  # the machine frees up: the probes find the pool faster
+        pace.took(True, 0.5e-9)
+    picks = [pace.pool() for _ in range(2 * pace.PROBE)]
+    assert picks.count(False) == 2
