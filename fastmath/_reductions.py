@@ -16,6 +16,7 @@ import operator
 from . import _chain, _fpe, _pipeline, _selection, _ufunc
 from . import dask as _dask
 from ._registry import BY_NAME
+from .backends import UNCHECKED
 from .backends.numpy import lse_finite
 
 _SPEC = BY_NAME["logsumexp"]
@@ -206,11 +207,46 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 
 
 # --- softmax, log_softmax ----------------------------------------------------------------
-# A backend kernel ``k(x, axes, out)`` writes SciPy's result for a finite-or-not float
-# array into ``out``, with every FP error ignored; when the error state watches any and
-# the result is not all finite (where SciPy's subtract, exp or log may have warned), the
-# reference is run instead, so its own warnings, exceptions and values are what the user
-# gets.
+# Below auto's accelerated size the front end runs SciPy's formula itself, in this thread:
+# the same NumPy calls on the same arrays, so the same values, warnings and exceptions,
+# without SciPy's array-namespace dispatch (most of its time on small arrays). Above it, a
+# backend kernel ``k(x, axes, out)`` writes SciPy's result into ``out`` and returns the FP
+# flags it raised (or UNCHECKED, when it cannot see them); where the error state watches
+# one of them, the reference is run instead, so its own warnings, exceptions and values
+# are what the user gets.
+
+
+def _softmax(x, axis):
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.subtract(x, m)
+    np.exp(e, out=e)
+    return np.divide(e, np.sum(e, axis=axis, keepdims=True), out=e)
+
+
+def _log_softmax(x, axis):
+    m = np.max(x, axis=axis, keepdims=True)
+    finite = np.isfinite(m)
+    if finite.all():
+        tmp = np.subtract(x, m)
+        s = np.log(np.sum(np.exp(tmp), axis=axis, keepdims=True))
+    else:
+        m[~finite] = 0
+        tmp = np.subtract(x, m)
+        with np.errstate(divide="ignore"):  # SciPy's: an all -inf slice sums to 0
+            s = np.log(np.sum(np.exp(tmp), axis=axis, keepdims=True))
+    return np.subtract(tmp, s, out=tmp)
+
+
+_MODES = (("divide", _fpe.DIVIDE), ("over", _fpe.OVER), ("under", _fpe.UNDER),
+          ("invalid", _fpe.INVALID))
+
+
+def _watched(flags) -> bool:
+    """Whether the error state acts on any of ``flags``."""
+    if not flags:
+        return False
+    modes = np.geterr()
+    return any(flags & bit and modes[key] != "ignore" for key, bit in _MODES)
 
 
 class _Cache:
@@ -231,10 +267,13 @@ def _softmax_front(name):
     spec = BY_NAME[name]
     cache = _Cache(spec)
     ref = cache.reference
+    replay = _log_softmax if name == "log_softmax" else _softmax
 
     def front(x, axis=None):
-        if type(x) is np.ndarray and x.size < cache._small and _selection.current() == "auto":
-            return cache.ref(x, axis=axis)
+        if (type(x) is np.ndarray and x.size < cache._small and x.dtype in _FLOATS
+                and x.ndim and x.size and (axis is None or type(axis) in (int, tuple))
+                and _selection.current() == "auto"):
+            return replay(x, axis)
         if type(x) not in _ARRAYS:
             if _dask.is_dask_array(x):
                 return _dask.softmax(front, x, axis)
@@ -244,7 +283,6 @@ def _softmax_front(name):
         except Exception:
             return ref(x, axis)
         if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
-            cache.ref = cache.ref or spec.reference()  # the fast path calls it directly
             cache._small = _selection.small_size(spec)
         if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
             return ref(x, axis)
@@ -253,9 +291,12 @@ def _softmax_front(name):
         if not chain or axes is None:
             return ref(x, axis)
         out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
-        _chain.first(chain, (xa, axes, out), name)
-        if _fpe.watched() and (not np.isfinite(out).all()
-                               or _subtract_overflows(xa, np.max(xa))):
+        flags = _chain.first(chain, (xa, axes, out), name)
+        if flags == UNCHECKED:
+            if _fpe.watched() and (not np.isfinite(out).all()
+                                   or _subtract_overflows(xa, np.max(xa))):
+                return ref(x, axis)
+        elif _watched(flags):
             return ref(x, axis)
         return out
 

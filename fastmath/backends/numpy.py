@@ -85,7 +85,9 @@ class _Softmax:
     """SciPy's softmax/log_softmax formulas, over blocks of the axes they keep.
 
     Each block is the very computation SciPy does on its slice, so the results are
-    SciPy's; with all axes reduced (SciPy's default) it runs as one block.
+    SciPy's; with all axes reduced (SciPy's default) a contiguous array runs as the
+    leaves of NumPy's own pairwise sum (``_whole``). Returns the FP flags raised, for the
+    front end to decide whether SciPy must say what they were.
     """
 
     __slots__ = ("log",)
@@ -94,31 +96,105 @@ class _Softmax:
         self.log = log
 
     def block(self, x, axes, out):
-        with np.errstate(all="ignore"):
-            m = np.max(x, axis=axes, keepdims=True)
-            if self.log:
-                m[~np.isfinite(m)] = 0
-            np.subtract(x, m, out=out)
-            if self.log:
-                s = np.log(np.sum(np.exp(out), axis=axes, keepdims=True))
-                np.subtract(out, s, out=out)
-            else:
-                np.exp(out, out=out)
-                np.divide(out, np.sum(out, axis=axes, keepdims=True), out=out)
+        m = np.max(x, axis=axes, keepdims=True)
+        if self.log:
+            m[~np.isfinite(m)] = 0
+        np.subtract(x, m, out=out)
+        if self.log:
+            s = np.log(np.sum(np.exp(out), axis=axes, keepdims=True))
+            np.subtract(out, s, out=out)
+        else:
+            np.exp(out, out=out)
+            np.divide(out, np.sum(out, axis=axes, keepdims=True), out=out)
 
     def __call__(self, x, axes, out):
+        if len(axes) == x.ndim and x.size > 2 * LEAF:
+            for order, flag in (("C", "C_CONTIGUOUS"), ("F", "F_CONTIGUOUS")):
+                if x.flags[flag] and out.flags[flag]:
+                    flags = self._whole(x.reshape(-1, order=order), out.reshape(-1, order=order))
+                    if flags is not None:
+                        return flags
         kept = [a for a in range(x.ndim) if a not in axes and x.shape[a] > 1]
         parts = _parallel.threads() if x.nbytes * 4 >= PARALLEL_MIN_BYTES else 1
         if parts < 2 or not kept:
-            self.block(x, axes, out)
-            return HANDLED
+            return recorded(self.block, x, axes, out)
         axis = max(kept, key=lambda a: x.shape[a])
         tasks = []
         for i, j in _parallel.bounds(x.shape[axis], min(parts, x.shape[axis])):
             index = (slice(None),) * axis + (slice(i, j),)
-            tasks.append(lambda index=index: self.block(x[index], axes, out[index]))
-        _parallel.run(tasks)
-        return HANDLED
+            tasks.append(lambda index=index: recorded(self.block, x[index], axes, out[index]))
+        flags = 0
+        for f in _parallel.run(tasks):
+            flags |= f
+        return flags
+
+    def _whole(self, x, out):
+        """The formula over a 1-D ``x`` in cache-sized leaves: ``exp(x - max)`` and its sum
+        in one pass, then the division (or subtraction of the log) in another. The leaves'
+        sums add up along NumPy's pairwise tree, so the sum is bitwise NumPy's. None for
+        a non-finite maximum (the one-block formula answers)."""
+        views = _parallel.chunk_views((x,), _parallel.threads())
+        top = np.max(_parallel.run([lambda v=v[0]: np.max(v) for v in views]))
+        if not np.isfinite(top):
+            return None
+        tree = _pairwise(0, x.size)
+        leaves = list(_leaves(tree))
+        log = self.log
+
+        def shifted(lo, hi, sums):
+            for i, j in leaves[lo:hi]:
+                o = out[i:j]
+                np.subtract(x[i:j], top, out=o)
+                sums.append(np.sum(np.exp(o)) if log else np.sum(np.exp(o, out=o)))
+
+        def group(lo, hi):
+            sums = []
+            return recorded(shifted, lo, hi, sums), sums
+
+        groups = _parallel.bounds(len(leaves), min(len(leaves), 4 * _parallel.threads()))
+        flags, sums = 0, []
+        for f, part in _parallel.run([lambda g=g: group(*g) for g in groups]):
+            flags |= f
+            sums += part
+        total = _fold(tree, iter(sums))
+        if log:
+            total = np.log(total)
+            finish = np.subtract
+        else:
+            finish = np.divide
+        tasks = [lambda v=v[0]: recorded(finish, v, total, out=v)
+                 for v in _parallel.chunk_views((out,), _parallel.threads())]
+        for f in _parallel.run(tasks):
+            flags |= f
+        return flags
+
+
+# NumPy sums a contiguous run by halving it (rounded down to a multiple of 8) until the
+# halves are short; the halves' sums are added last. Leaves of this size or less are
+# whole subtrees, so np.sum of each, added up along the tree, is NumPy's sum bit for bit.
+LEAF = 1 << 15
+
+
+def _pairwise(lo, n):
+    if n <= LEAF:
+        return (lo, lo + n)
+    half = n // 2
+    half -= half % 8
+    return [_pairwise(lo, half), _pairwise(lo + half, n - half)]
+
+
+def _leaves(tree):
+    if isinstance(tree, tuple):
+        yield tree
+    else:
+        yield from _leaves(tree[0])
+        yield from _leaves(tree[1])
+
+
+def _fold(tree, sums):
+    if isinstance(tree, tuple):
+        return next(sums)
+    return _fold(tree[0], sums) + _fold(tree[1], sums)
 
 
 _KERNELS = {"unary": _Unary, "binary": _Unary, "elementwise": _Elementwise}
