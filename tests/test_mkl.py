@@ -124,11 +124,14 @@ def test_power_with_one_exponent_runs_vml_and_matches_numpy():
 
 
 @needs_mkl
-def test_chunks_run_on_pool_threads_with_mkl_single_threaded():
+def test_chunks_run_on_pool_threads_with_mkl_single_threaded(monkeypatch):
     import threading
 
     from fastmath import _parallel
     from fastmath.backends import mkl
+
+    # an earlier test's call that lost to a busy machine may have paused splitting
+    monkeypatch.setattr(_parallel, "contention", _parallel._Contention())
 
     lib = mkl.load()
     lib.MKL_Get_Max_Threads.restype = int

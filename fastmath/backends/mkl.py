@@ -143,11 +143,12 @@ def _run(call, arrays, nbytes, min_bytes):
             call(chunk[0].size, *map(_address, chunk))
         finally:
             _set_local_threads(before)
-    parts = _parallel.threads() if nbytes >= min_bytes else 1
+    parts = _parallel.threads_now() if nbytes >= min_bytes else 1
     if parts < 2:
         task(arrays)
         return
-    _parallel.run([lambda c=c: task(c) for c in _parallel.chunk_views(arrays, parts)])
+    _parallel.run([lambda c=c: task(c) for c in _parallel.chunk_views(arrays, parts)],
+                  adaptive=True)
 
 
 class MklBackend:

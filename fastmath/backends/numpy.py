@@ -49,7 +49,7 @@ class _Unary:
 
     def __call__(self, *ins):
         out = ins[-1]
-        parts = _parallel.threads() if out.size * out.itemsize >= self.min_bytes else 1
+        parts = _parallel.threads_now() if out.size * out.itemsize >= self.min_bytes else 1
         if parts < 2:
             self.ufunc(*ins[:-1], out=out)
             return HANDLED
@@ -59,7 +59,7 @@ class _Unary:
             x if x.shape == out.shape else np.broadcast_to(x, out.shape) for x in ins[:-1]), parts)
         tasks = [lambda v=v: recorded(ufunc, *v[1:], out=v[0]) for v in views]
         flags = 0
-        for f in _parallel.run(tasks):
+        for f in _parallel.run(tasks, adaptive=True):
             flags |= f
         return flags
 
@@ -68,7 +68,7 @@ class _Elementwise(_Unary):
     """A plain NumPy function (no ``out=``): each chunk's result is copied into place."""
 
     def __call__(self, x, out):
-        parts = _parallel.threads() if out.size * out.itemsize >= self.min_bytes else 1
+        parts = _parallel.threads_now() if out.size * out.itemsize >= self.min_bytes else 1
         fn = self.ufunc
 
         def task(xs, os):
@@ -77,7 +77,8 @@ class _Elementwise(_Unary):
         if parts < 2:
             task(x, out)
         else:
-            _parallel.run([lambda v=v: task(*v) for v in _parallel.chunk_views((x, out), parts)])
+            _parallel.run([lambda v=v: task(*v) for v in _parallel.chunk_views((x, out), parts)],
+                          adaptive=True)
         return UNCHECKED
 
 
@@ -115,8 +116,8 @@ class _Softmax:
                     if flags is not None:
                         return flags
         kept = [a for a in range(x.ndim) if a not in axes and x.shape[a] > 1]
-        parts = _parallel.threads() if x.nbytes * 4 >= PARALLEL_MIN_BYTES else 1
-        if parts < 2 or not kept:
+        parts = _parallel.threads_now() if kept and x.nbytes * 4 >= PARALLEL_MIN_BYTES else 1
+        if parts < 2:
             return recorded(self.block, x, axes, out)
         axis = max(kept, key=lambda a: x.shape[a])
         tasks = []
@@ -124,7 +125,7 @@ class _Softmax:
             index = (slice(None),) * axis + (slice(i, j),)
             tasks.append(lambda index=index: recorded(self.block, x[index], axes, out[index]))
         flags = 0
-        for f in _parallel.run(tasks):
+        for f in _parallel.run(tasks, adaptive=True):
             flags |= f
         return flags
 
@@ -133,8 +134,11 @@ class _Softmax:
         in one pass, then the division (or subtraction of the log) in another. The leaves'
         sums add up along NumPy's pairwise tree, so the sum is bitwise NumPy's. None for
         a non-finite maximum (the one-block formula answers)."""
-        views = _parallel.chunk_views((x,), _parallel.threads())
-        top = np.max(_parallel.run([lambda v=v[0]: np.max(v) for v in views]))
+        parts = _parallel.threads_now()
+
+        def pieces(a):
+            return _parallel.chunk_views((a,), parts) if parts > 1 else [(a,)]
+        top = np.max(_parallel.run([lambda v=v[0]: np.max(v) for v in pieces(x)], adaptive=True))
         if not np.isfinite(top):
             return None
         tree = _pairwise(0, x.size)
@@ -151,9 +155,9 @@ class _Softmax:
             sums = []
             return recorded(shifted, lo, hi, sums), sums
 
-        groups = _parallel.bounds(len(leaves), min(len(leaves), 4 * _parallel.threads()))
+        groups = _parallel.bounds(len(leaves), min(len(leaves), 4 * parts if parts > 1 else 1))
         flags, sums = 0, []
-        for f, part in _parallel.run([lambda g=g: group(*g) for g in groups]):
+        for f, part in _parallel.run([lambda g=g: group(*g) for g in groups], adaptive=True):
             flags |= f
             sums += part
         total = _fold(tree, iter(sums))
@@ -163,8 +167,8 @@ class _Softmax:
         else:
             finish = np.divide
         tasks = [lambda v=v[0]: recorded(finish, v, total, out=v)
-                 for v in _parallel.chunk_views((out,), _parallel.threads())]
-        for f in _parallel.run(tasks):
+                 for v in pieces(out)]
+        for f in _parallel.run(tasks, adaptive=True):
             flags |= f
         return flags
 
@@ -247,9 +251,9 @@ def lse_merge(p, q):
 
 def lse_partial(a, axes, b=None):
     """(M, m, s) of ``a`` over ``axes``, in cache-sized blocks across the thread pool."""
-    nthreads = _parallel.threads()
     if b is not None or a.size < 2 * BLOCK or a.ndim == 0:
         return lse_block(a, axes, b)
+    nthreads = _parallel.threads_now()
     axis = _parallel.split_axis(a.shape, a.strides)
     n = a.shape[axis]
     per_row = a.size // n
@@ -276,7 +280,7 @@ def lse_partial(a, axes, b=None):
 
     tasks = [lambda lo=lo, hi=hi: work(lo, hi)
              for lo, hi in _parallel.bounds(nblocks, min(nthreads, nblocks))]
-    parts = _parallel.run(tasks)
+    parts = _parallel.run(tasks, adaptive=True)
     if not reduced:
         return tuple(result)
     acc = parts[0]
