@@ -288,8 +288,10 @@ def _softmax_front(name):
             return ref(x, axis)
         chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
         axes = _valid_axes(axis, xa.ndim)
-        if not chain or axes is None:
+        if axes is None:
             return ref(x, axis)
+        if not chain:  # below this dtype's first row
+            return replay(x, axis) if type(x) is np.ndarray else ref(x, axis)
         out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
         flags = _chain.first(chain, (xa, axes, out), name)
         if flags == UNCHECKED:
