@@ -217,13 +217,23 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 
 
 def _softmax(x, axis):
-    m = np.max(x, axis=axis, keepdims=True)
+    # axis None: the same reductions as scalars (the same values; fewer steps to a result)
+    m = x.max() if axis is None else np.max(x, axis=axis, keepdims=True)
     e = np.subtract(x, m)
     np.exp(e, out=e)
-    return np.divide(e, np.sum(e, axis=axis, keepdims=True), out=e)
+    return np.divide(e, e.sum() if axis is None else np.sum(e, axis=axis, keepdims=True),
+                     out=e)
 
 
 def _log_softmax(x, axis):
+    if axis is None:
+        m = x.max()
+        if np.isfinite(m):
+            tmp = np.subtract(x, m)
+            return np.subtract(tmp, np.log(np.exp(tmp).sum()), out=tmp)
+        tmp = np.subtract(x, 0)  # SciPy's shift for a non-finite maximum
+        with np.errstate(divide="ignore"):
+            return np.subtract(tmp, np.log(np.exp(tmp).sum()), out=tmp)
     m = np.max(x, axis=axis, keepdims=True)
     finite = np.isfinite(m)
     if finite.all():
