@@ -36,8 +36,10 @@ from ._flags import flags_possible
 VML_HA = 0x2
 VML_ERRMODE_NOERR = 0x2000
 MODE = VML_HA | VML_ERRMODE_NOERR
-# Below this much output one thread does the whole call: a thread handoff costs about
-# 50 us, about what VML's exp takes for 2**17 bytes' worth of float64 on one core.
+# Below this much output one thread does the whole call (a thread handoff costs several
+# us, up to about 50 on a busy machine); costlier functions split sooner (Spec.cost): erf
+# at 10^5 float32 elements took 144 us of CPU on one core of the 2-core AMD EPYC, where
+# two threads finish in about half that.
 PARALLEL_MIN_BYTES = 1 << 19
 _PREFIX = {np.dtype(np.float32): "vms", np.dtype(np.float64): "vmd"}
 _NAMES = {"linux": ("libmkl_rt.so.3", "libmkl_rt.so.2", "libmkl_rt.so"),
@@ -132,7 +134,7 @@ def _layout(arrays):
     return None
 
 
-def _run(call, arrays, nbytes):
+def _run(call, arrays, nbytes, min_bytes):
     """``call(n, *addresses)`` over matching chunks of contiguous ``arrays``, one thread
     of the pool per chunk, each with MKL's own threading off."""
     def task(chunk):
@@ -141,11 +143,12 @@ def _run(call, arrays, nbytes):
             call(chunk[0].size, *map(_address, chunk))
         finally:
             _set_local_threads(before)
-    parts = _parallel.threads() if nbytes >= PARALLEL_MIN_BYTES else 1
+    parts = _parallel.threads_now() if nbytes >= min_bytes else 1
     if parts < 2:
         task(arrays)
         return
-    _parallel.run([lambda c=c: task(c) for c in _parallel.chunk_views(arrays, parts)])
+    _parallel.run([lambda c=c: task(c) for c in _parallel.chunk_views(arrays, parts)],
+                  adaptive=True)
 
 
 class MklBackend:
@@ -159,11 +162,12 @@ class MklBackend:
         name = spec.kernels.get("mkl")
         if name is None or spec.kind not in ("unary", "binary") or load() is None:
             return None
-        return (_Unary if spec.kind == "unary" else _Binary)(name, spec.fpe)
+        return (_Unary if spec.kind == "unary" else _Binary)(name, spec.fpe,
+                                                             PARALLEL_MIN_BYTES / spec.cost)
 
 
 class _Kernel:
-    __slots__ = ("fns", "fpe", "scalar")
+    __slots__ = ("fns", "fpe", "scalar", "min_bytes")
 
     def done(self, out):
         """What the front end must do about NumPy's FP errors (see backends/__init__.py)."""
@@ -173,8 +177,8 @@ class _Kernel:
 class _Unary(_Kernel):
     __slots__ = ()
 
-    def __init__(self, name, fpe):
-        self.fpe, self.scalar = fpe, None
+    def __init__(self, name, fpe, min_bytes):
+        self.fpe, self.scalar, self.min_bytes = fpe, None, min_bytes
         self.fns = {dt: _function(name, dt, 1) for dt in _PREFIX
                     if name not in FLOAT32_ONLY or dt == np.float32}
 
@@ -186,7 +190,7 @@ class _Unary(_Kernel):
             return 0
         if _layout((x, out)) is None:
             return NotImplemented
-        _run(lambda n, xp, op: fn(n, xp, op, MODE), (x, out), out.nbytes)
+        _run(lambda n, xp, op: fn(n, xp, op, MODE), (x, out), out.nbytes, self.min_bytes)
         return self.done(out)
 
 
@@ -195,8 +199,8 @@ class _Binary(_Kernel):
 
     __slots__ = ()
 
-    def __init__(self, name, fpe):
-        self.fpe = fpe
+    def __init__(self, name, fpe, min_bytes):
+        self.fpe, self.min_bytes = fpe, min_bytes
         self.fns = {dt: _function(name, dt, 2) for dt in _PREFIX}
         self.scalar = {dt: _function(name, dt, 1, "x") for dt in _PREFIX} if name == "Pow" else None
 
@@ -208,10 +212,11 @@ class _Binary(_Kernel):
         if out.size == 0:
             return 0
         if x2.shape == out.shape and _layout((x1, x2, out)) is not None:
-            _run(lambda n, p1, p2, po: fn(n, p1, p2, po, MODE), (x1, x2, out), out.nbytes)
+            _run(lambda n, p1, p2, po: fn(n, p1, p2, po, MODE), (x1, x2, out), out.nbytes,
+                 self.min_bytes)
             return self.done(out)
         if self.scalar is not None and x2.size == 1 and _layout((x1, out)) is not None:
             b, fx = x2.reshape(()).item(), self.scalar[dt]
-            _run(lambda n, p1, po: fx(n, p1, b, po, MODE), (x1, out), out.nbytes)
+            _run(lambda n, p1, po: fx(n, p1, b, po, MODE), (x1, out), out.nbytes, self.min_bytes)
             return self.done(out)
         return NotImplemented

@@ -48,7 +48,7 @@ class _Unary:
 
     def __call__(self, *ins):
         out = ins[-1]
-        parts = _parallel.threads() if out.size * out.itemsize >= self.min_bytes else 1
+        parts = _parallel.threads_now() if out.size * out.itemsize >= self.min_bytes else 1
         if parts < 2:
             self.ufunc(*ins[:-1], out=out)
             return HANDLED
@@ -58,7 +58,7 @@ class _Unary:
             x if x.shape == out.shape else np.broadcast_to(x, out.shape) for x in ins[:-1]), parts)
         tasks = [lambda v=v: recorded(ufunc, *v[1:], out=v[0]) for v in views]
         flags = 0
-        for f in _parallel.run(tasks):
+        for f in _parallel.run(tasks, adaptive=True):
             flags |= f
         return flags
 
@@ -67,7 +67,7 @@ class _Elementwise(_Unary):
     """A plain NumPy function (no ``out=``): each chunk's result is copied into place."""
 
     def __call__(self, x, out):
-        parts = _parallel.threads() if out.size * out.itemsize >= self.min_bytes else 1
+        parts = _parallel.threads_now() if out.size * out.itemsize >= self.min_bytes else 1
         fn = self.ufunc
 
         def task(xs, os):
@@ -76,7 +76,8 @@ class _Elementwise(_Unary):
         if parts < 2:
             task(x, out)
         else:
-            _parallel.run([lambda v=v: task(*v) for v in _parallel.chunk_views((x, out), parts)])
+            _parallel.run([lambda v=v: task(*v) for v in _parallel.chunk_views((x, out), parts)],
+                          adaptive=True)
         return UNCHECKED
 
 
@@ -84,7 +85,9 @@ class _Softmax:
     """SciPy's softmax/log_softmax formulas, over blocks of the axes they keep.
 
     Each block is the very computation SciPy does on its slice, so the results are
-    SciPy's; with all axes reduced (SciPy's default) it runs as one block.
+    SciPy's; with all axes reduced (SciPy's default) a contiguous array runs as the
+    leaves of NumPy's own pairwise sum (``_whole``). Returns the FP flags raised, for the
+    front end to decide whether SciPy must say what they were.
     """
 
     __slots__ = ("log",)
@@ -93,31 +96,108 @@ class _Softmax:
         self.log = log
 
     def block(self, x, axes, out):
-        with np.errstate(all="ignore"):
-            m = np.max(x, axis=axes, keepdims=True)
-            if self.log:
-                m[~np.isfinite(m)] = 0
-            np.subtract(x, m, out=out)
-            if self.log:
-                s = np.log(np.sum(np.exp(out), axis=axes, keepdims=True))
-                np.subtract(out, s, out=out)
-            else:
-                np.exp(out, out=out)
-                np.divide(out, np.sum(out, axis=axes, keepdims=True), out=out)
+        m = np.max(x, axis=axes, keepdims=True)
+        if self.log:
+            m[~np.isfinite(m)] = 0
+        np.subtract(x, m, out=out)
+        if self.log:
+            s = np.log(np.sum(np.exp(out), axis=axes, keepdims=True))
+            np.subtract(out, s, out=out)
+        else:
+            np.exp(out, out=out)
+            np.divide(out, np.sum(out, axis=axes, keepdims=True), out=out)
 
     def __call__(self, x, axes, out):
+        if len(axes) == x.ndim and x.size > 2 * LEAF:
+            for order, flag in (("C", "C_CONTIGUOUS"), ("F", "F_CONTIGUOUS")):
+                if x.flags[flag] and out.flags[flag]:
+                    flags = self._whole(x.reshape(-1, order=order), out.reshape(-1, order=order))
+                    if flags is not None:
+                        return flags
         kept = [a for a in range(x.ndim) if a not in axes and x.shape[a] > 1]
-        parts = _parallel.threads() if x.nbytes * 4 >= PARALLEL_MIN_BYTES else 1
-        if parts < 2 or not kept:
-            self.block(x, axes, out)
-            return HANDLED
+        parts = _parallel.threads_now() if kept and x.nbytes * 4 >= PARALLEL_MIN_BYTES else 1
+        if parts < 2:
+            return recorded(self.block, x, axes, out)
         axis = max(kept, key=lambda a: x.shape[a])
         tasks = []
         for i, j in _parallel.bounds(x.shape[axis], min(parts, x.shape[axis])):
             index = (slice(None),) * axis + (slice(i, j),)
-            tasks.append(lambda index=index: self.block(x[index], axes, out[index]))
-        _parallel.run(tasks)
-        return HANDLED
+            tasks.append(lambda index=index: recorded(self.block, x[index], axes, out[index]))
+        flags = 0
+        for f in _parallel.run(tasks, adaptive=True):
+            flags |= f
+        return flags
+
+    def _whole(self, x, out):
+        """The formula over a 1-D ``x`` in cache-sized leaves: ``exp(x - max)`` and its sum
+        in one pass, then the division (or subtraction of the log) in another. The leaves'
+        sums add up along NumPy's pairwise tree, so the sum is bitwise NumPy's. None for
+        a non-finite maximum (the one-block formula answers)."""
+        parts = _parallel.threads_now()
+
+        def pieces(a):
+            return _parallel.chunk_views((a,), parts) if parts > 1 else [(a,)]
+        top = np.max(_parallel.run([lambda v=v[0]: np.max(v) for v in pieces(x)], adaptive=True))
+        if not np.isfinite(top):
+            return None
+        tree = _pairwise(0, x.size)
+        leaves = list(_leaves(tree))
+        log = self.log
+
+        def shifted(lo, hi, sums):
+            for i, j in leaves[lo:hi]:
+                o = out[i:j]
+                np.subtract(x[i:j], top, out=o)
+                sums.append(np.sum(np.exp(o)) if log else np.sum(np.exp(o, out=o)))
+
+        def group(lo, hi):
+            sums = []
+            return recorded(shifted, lo, hi, sums), sums
+
+        groups = _parallel.bounds(len(leaves), min(len(leaves), 4 * parts if parts > 1 else 1))
+        flags, sums = 0, []
+        for f, part in _parallel.run([lambda g=g: group(*g) for g in groups], adaptive=True):
+            flags |= f
+            sums += part
+        total = _fold(tree, iter(sums))
+        if log:
+            total = np.log(total)
+            finish = np.subtract
+        else:
+            finish = np.divide
+        tasks = [lambda v=v[0]: recorded(finish, v, total, out=v)
+                 for v in pieces(out)]
+        for f in _parallel.run(tasks, adaptive=True):
+            flags |= f
+        return flags
+
+
+# NumPy sums a contiguous run by halving it (rounded down to a multiple of 8) until the
+# halves are short; the halves' sums are added last. Leaves of this size or less are
+# whole subtrees, so np.sum of each, added up along the tree, is NumPy's sum bit for bit.
+LEAF = 1 << 15
+
+
+def _pairwise(lo, n):
+    if n <= LEAF:
+        return (lo, lo + n)
+    half = n // 2
+    half -= half % 8
+    return [_pairwise(lo, half), _pairwise(lo + half, n - half)]
+
+
+def _leaves(tree):
+    if isinstance(tree, tuple):
+        yield tree
+    else:
+        yield from _leaves(tree[0])
+        yield from _leaves(tree[1])
+
+
+def _fold(tree, sums):
+    if isinstance(tree, tuple):
+        return next(sums)
+    return _fold(tree[0], sums) + _fold(tree[1], sums)
 
 
 _KERNELS = {"unary": _Unary, "binary": _Unary, "elementwise": _Elementwise}
@@ -128,9 +208,9 @@ _KERNELS = {"unary": _Unary, "binary": _Unary, "elementwise": _Elementwise}
 
 def lse_partial(a, axes, b=None):
     """(M, m, s) of ``a`` over ``axes``, in cache-sized blocks across the thread pool."""
-    nthreads = _parallel.threads()
     if b is not None or a.size < 2 * BLOCK or a.ndim == 0:
         return lse_block(a, axes, b)
+    nthreads = _parallel.threads_now()
     axis = _parallel.split_axis(a.shape, a.strides)
     n = a.shape[axis]
     per_row = a.size // n
@@ -157,7 +237,7 @@ def lse_partial(a, axes, b=None):
 
     tasks = [lambda lo=lo, hi=hi: work(lo, hi)
              for lo, hi in _parallel.bounds(nblocks, min(nthreads, nblocks))]
-    parts = _parallel.run(tasks)
+    parts = _parallel.run(tasks, adaptive=True)
     if not reduced:
         return tuple(result)
     acc = parts[0]

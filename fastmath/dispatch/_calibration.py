@@ -44,7 +44,8 @@ from . import _config, _fpe
 FORMAT = 1
 MAX_BYTES = 8 << 20  # a full table is about 50 KB per environment
 DEFAULTS_PATH = Path(__file__).with_name("calibration-defaults.json")
-LIBRARIES = ("numpy", "scipy", "torch", "numexpr")
+# The libraries whose kernels a table times: another version of one may move a crossover.
+LIBRARIES = ("numpy", "scipy", "torch", "numexpr", "mkl")
 # The leader at a grid size keeps its place unless another beats it by this much: closer
 # than this is within the noise of a calibration run on a busy machine, and flapping
 # between backends (or leaving the reference, which has no overhead) gains nothing.

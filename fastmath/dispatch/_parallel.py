@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextvars
 import os
 import queue
+import time
 import sys
 import threading
 
@@ -59,9 +60,10 @@ def threads() -> int:
 class _Job:
     """One call's tasks, claimed one at a time by the caller and the pool's threads."""
 
-    __slots__ = ("tasks", "results", "next", "running", "error", "lock", "done", "whole")
+    __slots__ = ("tasks", "results", "next", "running", "error", "lock", "done", "whole", "cpu")
 
-    def __init__(self, tasks):
+    def __init__(self, tasks, timed=False):
+        self.cpu = 0.0 if timed else None  # the tasks' CPU seconds, all threads together
         self.whole = whole.get()
         self.tasks = tasks
         self.results = [None] * len(tasks)
@@ -108,12 +110,18 @@ class _Job:
             return self.running == 0
 
     def work(self):
+        timed = self.cpu is not None
         while (i := self.claim()) is not None:
+            start = time.thread_time() if timed else 0.0
             try:
                 self.results[i] = self.tasks[i]()
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 self.finish(e)
             else:
+                if timed:
+                    spent = time.thread_time() - start
+                    with self.lock:
+                        self.cpu += spent
                 self.finish()
 
 
@@ -137,7 +145,48 @@ def _get_queue(workers: int) -> queue.SimpleQueue:
         return _jobs
 
 
-def run(tasks):
+class _Contention:
+    """Whether splitting has been losing lately, for ``run(adaptive=True)``.
+
+    On a machine with more runnable threads than cores, every handoff of the GIL between
+    the caller and a helper waits for the scheduler (milliseconds, against chunks of
+    0.1 ms): a split call then takes longer than the CPU time its chunks used, which one
+    thread would have spent without a handoff. After such a call the next ``skip`` calls
+    run in the caller's thread alone (doubling while splitting keeps losing, halving when
+    it wins), then one is split again to see whether the cores are back.
+    """
+
+    LOST = 0.9  # wall time over CPU time beyond which a split call lost (2 free cores: ~0.55)
+    FIRST, MOST = 8, 256
+
+    def __init__(self):
+        self.skip = self.FIRST
+        self.left = 0
+
+    def split_now(self) -> bool:
+        if self.left:
+            self.left -= 1
+            return False
+        return True
+
+    def record(self, wall, cpu):
+        if wall > self.LOST * cpu:
+            self.left = self.skip
+            self.skip = min(2 * self.skip, self.MOST)
+        else:  # halved, not reset: one lucky call on a busy machine is no all-clear
+            self.skip = max(self.FIRST, self.skip // 2)
+
+
+contention = _Contention()
+
+
+def threads_now() -> int:
+    """The threads to split a compute-only call over now: one while splitting has been
+    losing (_Contention), so that the call runs as NumPy's own, in one piece."""
+    return threads() if contention.split_now() else 1
+
+
+def run(tasks, adaptive=False):
     """Run zero-argument callables concurrently, the caller's thread among the workers.
 
     Returns their results in order. If a task raises, or the caller's thread is
@@ -145,12 +194,14 @@ def run(tasks):
     already running finish, and then the first exception is raised: no task is still
     writing into an output when the caller sees it. Called from a worker of the pool
     itself (a task that splits its own work, as fastmath.foreach's do), the tasks run one
-    after another there.
+    after another there. ``adaptive``: the tasks only compute (no waiting on devices or
+    I/O), and the call's wall and CPU time tell ``threads_now`` whether splitting pays.
     """
     tasks = list(tasks)
     if len(tasks) < 2 or threads() < 2 or getattr(_local, "worker", False):
         return [t() for t in tasks]
-    job = _Job(tasks)
+    job = _Job(tasks, timed=adaptive)
+    start = time.perf_counter()
     try:
         helpers = min(threads(), len(tasks)) - 1
         jobs = _get_queue(helpers)
@@ -169,6 +220,8 @@ def run(tasks):
         job.tasks = None  # helpers that take the job late find nothing to do
     if job.error is not None:
         raise job.error
+    if job.cpu is not None:
+        contention.record(time.perf_counter() - start, job.cpu)
     return job.results
 
 

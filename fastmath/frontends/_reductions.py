@@ -2,7 +2,7 @@
 
 The front end resolves dtypes, axes and weights as scipy.special.logsumexp does; a backend
 computes only SciPy's (M, m, s) decomposition over the reduced axes (see
-backends/numpy.py), which is small; the front end finishes it with SciPy's own formula,
+backends/_lse.py), which is small; the front end finishes it with SciPy's own formula,
 including its treatment of infinite and NaN results, signs, keepdims and scalars.
 Whatever is outside that (complex, float16, longdouble, objects, empty input, invalid
 arguments) is SciPy's to answer.
@@ -17,6 +17,7 @@ from ..dispatch import _chain, _fpe, _selection
 from . import _pipeline, _ufunc
 from ..integrations import _dask
 from .._registry import BY_NAME
+from ..backends import UNCHECKED
 from ..backends._lse import lse_finite
 
 _SPEC = BY_NAME["logsumexp"]
@@ -207,11 +208,56 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 
 
 # --- softmax, log_softmax ----------------------------------------------------------------
-# A backend kernel ``k(x, axes, out)`` writes SciPy's result for a finite-or-not float
-# array into ``out``, with every FP error ignored; when the error state watches any and
-# the result is not all finite (where SciPy's subtract, exp or log may have warned), the
-# reference is run instead, so its own warnings, exceptions and values are what the user
-# gets.
+# Below auto's accelerated size the front end runs SciPy's formula itself, in this thread:
+# the same NumPy calls on the same arrays, so the same values, warnings and exceptions,
+# without SciPy's array-namespace dispatch (most of its time on small arrays). Above it, a
+# backend kernel ``k(x, axes, out)`` writes SciPy's result into ``out`` and returns the FP
+# flags it raised (or UNCHECKED, when it cannot see them); where the error state watches
+# one of them, the reference is run instead, so its own warnings, exceptions and values
+# are what the user gets.
+
+
+def _softmax(x, axis):
+    # axis None: the same reductions as scalars (the same values; fewer steps to a result)
+    m = x.max() if axis is None else np.max(x, axis=axis, keepdims=True)
+    e = np.subtract(x, m)
+    np.exp(e, out=e)
+    return np.divide(e, e.sum() if axis is None else np.sum(e, axis=axis, keepdims=True),
+                     out=e)
+
+
+def _log_softmax(x, axis):
+    if axis is None:
+        m = x.max()
+        if np.isfinite(m):
+            tmp = np.subtract(x, m)
+            return np.subtract(tmp, np.log(np.exp(tmp).sum()), out=tmp)
+        tmp = np.subtract(x, 0)  # SciPy's shift for a non-finite maximum
+        with np.errstate(divide="ignore"):
+            return np.subtract(tmp, np.log(np.exp(tmp).sum()), out=tmp)
+    m = np.max(x, axis=axis, keepdims=True)
+    finite = np.isfinite(m)
+    if finite.all():
+        tmp = np.subtract(x, m)
+        s = np.log(np.sum(np.exp(tmp), axis=axis, keepdims=True))
+    else:
+        m[~finite] = 0
+        tmp = np.subtract(x, m)
+        with np.errstate(divide="ignore"):  # SciPy's: an all -inf slice sums to 0
+            s = np.log(np.sum(np.exp(tmp), axis=axis, keepdims=True))
+    return np.subtract(tmp, s, out=tmp)
+
+
+_MODES = (("divide", _fpe.DIVIDE), ("over", _fpe.OVER), ("under", _fpe.UNDER),
+          ("invalid", _fpe.INVALID))
+
+
+def _watched(flags) -> bool:
+    """Whether the error state acts on any of ``flags``."""
+    if not flags:
+        return False
+    modes = np.geterr()
+    return any(flags & bit and modes[key] != "ignore" for key, bit in _MODES)
 
 
 class _Cache:
@@ -232,10 +278,13 @@ def _softmax_front(name):
     spec = BY_NAME[name]
     cache = _Cache(spec)
     ref = cache.reference
+    replay = _log_softmax if name == "log_softmax" else _softmax
 
     def front(x, axis=None):
-        if type(x) is np.ndarray and x.size < cache._small and _selection.current() == "auto":
-            return cache.ref(x, axis=axis)
+        if (type(x) is np.ndarray and x.size < cache._small and x.dtype in _FLOATS
+                and x.ndim and x.size and (axis is None or type(axis) in (int, tuple))
+                and _selection.current() == "auto"):
+            return replay(x, axis)
         if type(x) not in _ARRAYS:
             if _dask.is_dask_array(x):
                 return _dask.softmax(front, x, axis)
@@ -245,18 +294,22 @@ def _softmax_front(name):
         except Exception:
             return ref(x, axis)
         if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
-            cache.ref = cache.ref or spec.reference()  # the fast path calls it directly
             cache._small = _selection.small_size(spec)
         if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
             return ref(x, axis)
         chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
         axes = _valid_axes(axis, xa.ndim)
-        if not chain or axes is None:
+        if axes is None:
             return ref(x, axis)
+        if not chain:  # below this dtype's first row
+            return replay(x, axis) if type(x) is np.ndarray else ref(x, axis)
         out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
-        _chain.first(chain, (xa, axes, out), name)
-        if _fpe.watched() and (not np.isfinite(out).all()
-                               or _subtract_overflows(xa, np.max(xa))):
+        flags = _chain.first(chain, (xa, axes, out), name)
+        if flags == UNCHECKED:
+            if _fpe.watched() and (not np.isfinite(out).all()
+                                   or _subtract_overflows(xa, np.max(xa))):
+                return ref(x, axis)
+        elif _watched(flags):
             return ref(x, axis)
         return out
 

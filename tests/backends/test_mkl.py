@@ -27,6 +27,18 @@ def _python(code):
 
 
 @needs_mkl
+def test_costlier_functions_split_sooner():
+    from fastmath._registry import BY_NAME
+    from fastmath.backends import mkl
+
+    backend = mkl.MklBackend()
+    erf, exp = backend.kernel(BY_NAME["erf"]), backend.kernel(BY_NAME["exp"])
+    # 10^5 float32 erfs (144 us on one core of the reference machine) go to two threads;
+    # as many cheap exps stay on one
+    assert erf.min_bytes <= 4 * 10**5 < exp.min_bytes
+
+
+@needs_mkl
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_import_does_not_load_mkl_and_the_first_check_does():
     out = _python("""
@@ -112,11 +124,14 @@ def test_power_with_one_exponent_runs_vml_and_matches_numpy():
 
 
 @needs_mkl
-def test_chunks_run_on_pool_threads_with_mkl_single_threaded():
+def test_chunks_run_on_pool_threads_with_mkl_single_threaded(monkeypatch):
     import threading
 
     from fastmath.dispatch import _parallel
     from fastmath.backends import mkl
+
+    # an earlier test's call that lost to a busy machine may have paused splitting
+    monkeypatch.setattr(_parallel, "contention", _parallel._Contention())
 
     lib = mkl.load()
     lib.MKL_Get_Max_Threads.restype = int
@@ -127,7 +142,7 @@ def test_chunks_run_on_pool_threads_with_mkl_single_threaded():
         def call(n, xp, op):
             seen.append((threading.current_thread().name, lib.MKL_Get_Max_Threads(), n))
         x = np.ones(1 << 20)
-        mkl._run(call, (x, np.empty_like(x)), x.nbytes)
+        mkl._run(call, (x, np.empty_like(x)), x.nbytes, mkl.PARALLEL_MIN_BYTES)
         assert lib.MKL_Get_Max_Threads() == 3
     finally:
         mkl._set_local_threads(0)

@@ -93,6 +93,20 @@ def test_choice_is_deterministic_for_a_table(calibration_file):
     assert fastmath.explain("exp", np.ones(10**6, np.float16)).backend == "reference"
 
 
+def test_the_key_changes_with_every_timed_librarys_version(monkeypatch):
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    installed = _calibration.machine()["versions"]
+    for lib in ("numpy", "scipy", "torch", "numexpr", "mkl"):
+        monkeypatch.setattr(importlib.metadata, "version",
+                            lambda name, lib=lib: "0.0.1" if name == lib else real(name))
+        versions = _calibration.machine()["versions"]
+        assert versions[lib] == "0.0.1" != installed[lib], lib
+        assert {k: v for k, v in versions.items() if k != lib} == \
+            {k: v for k, v in installed.items() if k != lib}
+
+
 def test_the_calibration_file_is_used(calibration_file):
     path = calibration_file(synthetic(backend="numpy"))
     e = fastmath.explain(np.exp, np.ones(5000))

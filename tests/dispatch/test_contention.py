@@ -1,0 +1,66 @@
+"""The pool's back-off for compute-only calls: after a split call that took longer than
+the CPU time of its chunks (``_parallel.run(adaptive=True)``), ``threads_now`` keeps the
+next calls in one piece in the caller's thread, and splitting is tried again later."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fastmath
+from fastmath.dispatch import _parallel
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    if _parallel.threads() < 2:
+        pytest.skip("one thread: nothing is ever split")
+    monkeypatch.setattr(_parallel, "contention", _parallel._Contention())
+
+
+def waiting_tasks(n=4, seconds=0.01):
+    """Tasks that take wall time but almost no CPU: a split of them always loses."""
+    def task():
+        time.sleep(seconds)
+        return threading.current_thread().name
+    return [task] * n
+
+
+def test_a_losing_split_keeps_the_next_calls_in_one_thread():
+    assert _parallel.threads_now() == _parallel.threads()
+    first = _parallel.run(waiting_tasks(), adaptive=True)
+    assert set(first) != {threading.current_thread().name}  # split: a helper took part
+    skip = _parallel._Contention.FIRST
+    assert [_parallel.threads_now() for _ in range(skip)] == [1] * skip
+    assert _parallel.threads_now() == _parallel.threads()  # tried again...
+    _parallel.run(waiting_tasks(), adaptive=True)  # ...lost again: a longer pause
+    assert [_parallel.threads_now() for _ in range(2 * skip)] == [1] * (2 * skip)
+    assert _parallel.threads_now() == _parallel.threads()
+
+
+def test_calls_that_wait_on_something_else_are_not_judged():
+    _parallel.run(waiting_tasks(), adaptive=False)  # e.g. copies to a device
+    assert _parallel.threads_now() == _parallel.threads()
+
+
+def test_winning_splits_shorten_the_pauses_again():
+    c = _parallel.contention
+    c.record(wall=1.0, cpu=0.1)
+    c.record(wall=1.0, cpu=0.1)
+    assert c.skip == 4 * c.FIRST
+    c.left = 0
+    c.record(wall=0.6, cpu=1.0)  # two cores at work: wall about half the CPU time
+    assert c.skip == 2 * c.FIRST and _parallel.threads_now() == _parallel.threads()
+    c.record(wall=0.6, cpu=1.0)
+    c.record(wall=0.6, cpu=1.0)
+    assert c.skip == c.FIRST
+
+
+@pytest.mark.parametrize("name", ["exp", "softmax", "logsumexp"])
+def test_kernels_in_one_piece_give_the_same_results(name):
+    x = np.linspace(-5, 5, 3 * 10**6)
+    with fastmath.backend("numpy"):
+        split = getattr(fastmath, name)(x)
+        _parallel.run(waiting_tasks(), adaptive=True)
+        pause = _parallel.contention.left
+        whole = getattr(fastmath, name)(x)
+    assert _parallel.contention.left == pause - 1  # it asked once, and ran in one piece
+    np.testing.assert_array_equal(whole, split)
