@@ -30,6 +30,9 @@ class Explanation:
     def __str__(self):
         ref = BY_NAME[self.function].ref.replace(":", ".")
         pick = f"the reference {ref} directly" if self.backend == "reference" else self.backend
+        if self.backend == "reference" and self.function in _REPLAYED:
+            # the front end runs the reference's own NumPy calls, without its input checks
+            pick = f"{ref}'s own formula in this thread (its results, warnings and errors)"
         lines = [f"fastmath.{self.function} on {self.dtype}, {_elements(self.size)}: "
                  f"auto runs {pick}"]
         if self.row is None:
@@ -41,7 +44,9 @@ class Explanation:
                 why = "below the table's first row"
             else:
                 why = "the table sends every size to the reference"
-            lines.append(f"  why: {why}; the call goes straight to the reference")
+            then = ("the front end replays the reference's formula" if self.function in _REPLAYED
+                    else "the call goes straight to the reference")
+            lines.append(f"  why: {why}; {then}")
         else:
             names = " > ".join(self.row[1]) or "reference"
             lines.append(f"  table row: from {_elements(self.row[0])}, {names}")
@@ -58,6 +63,10 @@ class Explanation:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+# reductions whose front end replays SciPy's formula for float ndarrays below the table
+_REPLAYED = ("logsumexp", "softmax", "log_softmax")
 
 
 def _elements(n):

@@ -87,3 +87,11 @@ def test_explain_counts_in_words():
     assert "1 element:" in text and "1 elements" not in text
     assert "logsumexp on float64, 2 elements" in str(fastmath.explain("logsumexp", np.ones(2)))
     assert "table row: from 1 element," in str(fastmath.explain("logsumexp", np.ones(2)))
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_explain_says_small_softmax_replays_scipys_formula(name):
+    # below auto's first row the front end runs SciPy's formula itself, not scipy.special
+    text = str(fastmath.explain(getattr(fastmath, name), np.ones(10)))
+    assert f"scipy.special.{name}'s own formula" in text and "directly" not in text
+    assert "directly" in str(fastmath.explain(fastmath.exp, np.ones(10)))
