@@ -6,7 +6,7 @@ from fastmath._binary import BinaryUfunc
 from fastmath._elementwise import Function
 from fastmath._ufunc import Ufunc
 
-_ENTRIES = {cls._fast.__code__: lambda f: f.f_locals["self"].__name__
+_ENTRIES = {cls.entry_code(): lambda f: f.f_locals["self"].__name__
             for cls in (Ufunc, BinaryUfunc, Function)}
 _ENTRIES[_reductions.logsumexp.__code__] = lambda f: "logsumexp"
 
