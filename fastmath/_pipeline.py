@@ -124,8 +124,8 @@ def lean(f, xs):
     chain = _selection.plan(f._spec, name, size)
     if not chain or not size:
         return NotImplemented
-    if _alloc._tuned is None:
-        _alloc.expect(size * out_dt.itemsize)
+    if _alloc._tuned is None and size * out_dt.itemsize >= _alloc.LARGE:
+        _alloc.tune()
     if x.flags.c_contiguous and (len(xs) == 1 or xs[1].flags.c_contiguous):
         res = _empty(x.shape, out_dt)
         f._run(chain, xs, res)
