@@ -49,7 +49,7 @@ def assert_same(result, expected, ulps=0):
 DRAWN: dict = {}
 
 # Observe which fastmath front ends a piece of code entered (a profiler, no stand-ins).
-_ENTRIES = {cls._fast.__code__: lambda f: f.f_locals["self"].__name__
+_ENTRIES = {cls.entry_code(): lambda f: f.f_locals["self"].__name__
             for cls in (Ufunc, BinaryUfunc, Function)}
 _ENTRIES[_reductions.logsumexp.__code__] = lambda f: "logsumexp"
 

@@ -20,9 +20,10 @@ def flags_possible(out) -> bool:
     end would otherwise test every element into a temporary mask and then scan the mask.
     Underflow leaves no such trace: when it is watched, the front end's full check runs.
     """
-    if not _fpe.watched() or out.size == 0:
+    modes = _fpe.error_modes()
+    if not _fpe.watched(True, modes) or out.size == 0:
         return False
-    if np.geterr()["under"] != "ignore":
+    if modes["under"] != "ignore":
         return True
     with np.errstate(over="ignore", invalid="ignore"):
         return not math.isfinite(np.add.reduce(out, axis=None))

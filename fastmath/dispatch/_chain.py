@@ -22,6 +22,8 @@ from ..backends import HANDLED, UNCHECKED
 
 _log_state = _log.state
 _logger = _log.logger
+_scoped_get = _selection._scoped.get
+_selection_state = _selection.state
 
 
 def first(chain, args, function):
@@ -30,7 +32,8 @@ def first(chain, args, function):
     ``function`` names the call in warnings and log lines; ``args[0]`` describes it there.
     """
     x = args[0]
-    explicit = _selection.current()
+    scoped = _scoped_get()  # _selection.current(), without a call on every kernel run
+    explicit = _selection_state.default if scoped is None else scoped
     last = len(chain) - 1
     for i, (name, kernel) in enumerate(chain):
         if name != explicit and explicit != "auto":

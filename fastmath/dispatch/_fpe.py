@@ -23,6 +23,11 @@ _CATEGORIES = (
 )
 # fastmath's root folder: frames in any of its sub-packages are fastmath's own
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+try:  # NumPy 2 keeps the error state in a context variable, replaced on every change
+    from numpy._core.umath import _extobj_contextvar as _extobj
+except ImportError:  # pragma: no cover - older NumPy: ask it every time
+    _extobj = None
+_modes = (None, None)  # (the state object last read, its modes), replaced as one tuple
 
 
 class Recorder:
@@ -60,11 +65,29 @@ def user_stacklevel() -> int:
     return max(level, 1)
 
 
+def error_modes() -> dict:
+    """``np.geterr()``, which costs about a microsecond: read once per state object.
+
+    The state object is held in the cache, so its identity cannot be reused by another
+    while it is compared. The dict returned is shared: do not change it.
+    """
+    global _modes
+    if _extobj is None:
+        return np.geterr()
+    state = _extobj.get()
+    last = _modes
+    if last[0] is state:
+        return last[1]
+    current = np.geterr()
+    _modes = (state, current)
+    return current
+
+
 def report(name: str, flags: int) -> None:
     """Act on ``flags`` raised while computing ufunc ``name`` as NumPy's handler would."""
     if not flags:
         return
-    modes = np.geterr()
+    modes = error_modes()
     for key, bit, text in _CATEGORIES:
         if not flags & bit:
             continue
@@ -85,9 +108,10 @@ def report(name: str, flags: int) -> None:
             np.geterrcall().write(f"Warning: {msg}\n")
 
 
-def watched(under: bool = True) -> bool:
-    """Whether any category a ufunc can raise is not 'ignore' right now."""
-    modes = np.geterr()
+def watched(under: bool = True, modes=None) -> bool:
+    """Whether any category a ufunc can raise is not 'ignore' right now (or in ``modes``)."""
+    if modes is None:
+        modes = error_modes()
     return (modes["divide"] != "ignore" or modes["over"] != "ignore"
             or modes["invalid"] != "ignore" or (under and modes["under"] != "ignore"))
 
@@ -108,11 +132,14 @@ def derive(ref, ins, out) -> int:
 
 def suspects(ins, out):
     """The mask of elements whose FP flags matter under the current error state, or None."""
-    modes = np.geterr()
+    modes = error_modes()
     under = modes["under"] != "ignore"
-    if not watched(under):
+    if not watched(under, modes):
         return None
-    suspect = ~np.isfinite(out)
+    finite = np.isfinite(out)
+    if not under and finite.all():
+        return None  # the common case: one pass and no mask to build
+    suspect = ~finite
     if under and out.dtype.kind in "fc":
         suspect |= np.abs(out) < np.finfo(out.dtype).tiny
         for x in ins:

@@ -17,14 +17,18 @@ _MISSING = object()
 class BinaryUfunc(Ufunc):
     """A NumPy-compatible two-argument ufunc that runs on the backend fastmath selects."""
 
-    def _fast(self, x1=_MISSING, x2=_MISSING, /, *args, **kwargs):
-        # The hot path: small operands under auto go straight to the reference.
-        if (not args and not kwargs
-                and (x1.size if type(x1) is _ndarray else _ONE.get(type(x1), _BIG)) < self._small
-                and (x2.size if type(x2) is _ndarray else _ONE.get(type(x2), _BIG)) < self._small):
-            scoped = _scoped_get()
-            if (_state.default if scoped is None else scoped) == "auto":
-                return self._ref(x1, x2)
-        if x2 is _MISSING:  # NumPy's own TypeError for too few arguments
-            return self.reference(*(() if x1 is _MISSING else (x1,)), *args, **kwargs)
-        return self._call((x1, x2), args, kwargs)
+    def _hot(self):
+        small, ref = 0, None
+
+        def fast(x1=_MISSING, x2=_MISSING, /, *args, **kwargs):
+            # The hot path: small operands under auto go straight to the reference.
+            if ((x1.size if type(x1) is _ndarray else _ONE.get(type(x1), _BIG)) < small
+                    and (x2.size if type(x2) is _ndarray else _ONE.get(type(x2), _BIG)) < small
+                    and not args and not kwargs):
+                scoped = _scoped_get()
+                if (_state.default if scoped is None else scoped) == "auto":
+                    return ref(x1, x2)
+            if x2 is _MISSING:  # NumPy's own TypeError for too few arguments
+                return self.reference(*(() if x1 is _MISSING else (x1,)), *args, **kwargs)
+            return self._call((x1, x2), args, kwargs)
+        return fast

@@ -16,7 +16,7 @@ from .._numpy import np
 from ..dispatch import _chain, _fpe, _selection
 from . import _pipeline
 from ..integrations import _dask
-from ._ufunc import Ufunc
+from ._ufunc import _ONE, Ufunc
 
 _ndarray = np.ndarray
 _scoped_get = _selection._scoped.get
@@ -27,16 +27,25 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 class Function(Ufunc):
     """A NumPy-compatible elementwise function that runs on the backend fastmath selects."""
 
-    def _fast(self, x):
-        if type(x) is not _ndarray or x.ndim == 0 or x.dtype not in _FLOATS:
-            if _dask.is_dask_array(x):
+    def _hot(self):
+        small, ref = 0, None
+
+        def fast(x):
+            if type(x) is not _ndarray:
+                if type(x) in _ONE or not _dask.is_dask_array(x):
+                    return ref(x)
                 return _dask.ufunc(self, (x,), (), {})
+            if x.size < small and x.ndim:
+                scoped = _scoped_get()
+                if (_state.default if scoped is None else scoped) == "auto":
+                    return ref(x)
+            return self._call1(x)
+        return fast
+
+    def _call1(self, x):
+        if x.ndim == 0 or x.dtype not in _FLOATS:
             return self._ref(x)
-        if x.size < self._small:
-            scoped = _scoped_get()
-            if (_state.default if scoped is None else scoped) == "auto":
-                return self._ref(x)
-        elif not self._small and _selection.current() == "auto" and not _chain._log_state.on:
+        if not self._small and _selection.current() == "auto" and not _chain._log_state.on:
             self._small = _selection.small_size(self._spec)
         chain = _selection.plan(self._spec, _pipeline.dtype_name(x.dtype), x.size)
         if not chain or x.size == 0:

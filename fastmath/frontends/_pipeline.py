@@ -15,6 +15,10 @@ A call that is not on the fast path (see ``Ufunc.__call__``) goes through these 
 7. unwrap: a NumPy scalar for scalar input, ``out=`` itself when given.
 
 Only step 2 depends on the number of operands.
+
+The most common call, ndarrays of one shape and dtype, no options, takes ``lean``: the
+steps above reduced to what applies to it, with what they decide cached per operand
+dtypes; anything else it hands back to ``call``.
 """
 from __future__ import annotations
 
@@ -95,6 +99,58 @@ def call(f, xs, args, kwargs):
     finally:
         _parallel.whole.reset(token)
     return o
+
+
+def lean(f, xs):
+    """``f(*xs)`` for ndarrays of one shape, or NotImplemented when the call needs more
+    than the common steps (see ``call``)."""
+    x = xs[0]
+    if type(x) is not _ndarray:
+        return NotImplemented
+    if len(xs) == 1:
+        key = x.dtype
+    else:
+        y = xs[1]
+        if type(y) is not _ndarray or y.shape != x.shape:
+            return NotImplemented
+        key = (x.dtype, y.dtype)
+    try:
+        entry = f._lean[key]
+    except KeyError:
+        entry = f._lean[key] = _lean_entry(f, xs)
+    if entry is None:
+        return NotImplemented
+    out_dt, name = entry
+    size = x.size
+    chain = _selection.plan(f._spec, name, size)
+    if not chain or not size:
+        return NotImplemented
+    if _alloc._tuned is None and size * out_dt.itemsize >= _alloc.LARGE:
+        _alloc.tune()
+    if x.flags.c_contiguous and (len(xs) == 1 or xs[1].flags.c_contiguous):
+        res = _empty(x.shape, out_dt)
+        f._run(chain, xs, res)
+    else:
+        res = allocate(list(xs), x.shape, out_dt, "K")
+        _compute(f, chain, xs, res, None)
+    return res if res.ndim else res[()]
+
+
+_empty = np.empty
+
+
+def _lean_entry(f, xs):
+    """(result dtype, loop dtype's name) when the operands are in their loop's dtypes and
+    it is numeric (no cast, no reference to hand over to), else None."""
+    dts = tuple(x.dtype for x in xs)
+    try:
+        *in_dts, out_dt = f._resolve(dts, None)
+    except Exception:
+        return None
+    if out_dt.kind not in _NUMERIC or any(
+            a != b or a.kind not in _NUMERIC for a, b in zip(dts, in_dts)):
+        return None
+    return out_dt, dtype_name(in_dts[0])
 
 
 _names: dict = {}

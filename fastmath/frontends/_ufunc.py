@@ -79,12 +79,16 @@ class Ufunc(functools.partial):
     FloatingPointError: divide by zero encountered in log
     """
 
-    # An instance is called through functools.partial's C call slot, which hands it to
-    # ``_fast`` with the instance first: a class-level __call__ would cost a slot lookup
-    # and an argument tuple and dict on every call, several times NumPy's whole scalar call.
+    # An instance is called through functools.partial's C call slot, straight into the
+    # closure ``_hot`` makes: a class-level __call__ would cost a slot lookup and an
+    # argument tuple and dict on every call, and reading attributes of the instance (whose
+    # class has __getattr__) costs more than a closure's variables, several times NumPy's
+    # whole scalar call.
     def __new__(cls, spec):
-        self = super().__new__(cls, cls._fast)
-        self.__setstate__((cls._fast, (self,), {}, None))
+        self = super().__new__(cls, cls._hot)
+        fast = self._hot()
+        self.__setstate__((fast, (), {}, None))
+        self._cells = dict(zip(fast.__code__.co_freevars, fast.__closure__))
         return self
 
     def __init__(self, spec):
@@ -96,9 +100,36 @@ class Ufunc(functools.partial):
         self._small = 0
         _instances.append(self)
         self._resolved: dict = {}
+        self._lean: dict = {}  # operand dtypes -> their result dtype (see _pipeline.lean)
         module = spec.ref.partition(":")[0]
         # NumPy is imported already; SciPy is imported on the first call.
         self._ref = spec.reference() if module == "numpy" else self._load
+
+    @classmethod
+    def entry_code(cls):
+        """The code object every call of this class's instances enters first."""
+        return next(c for c in cls._hot.__code__.co_consts if hasattr(c, "co_freevars"))
+
+    def _hot(self):
+        """The function a call runs: the fast path, else ``_call``."""
+        small, ref = 0, None
+
+        def fast(x, /, *args, **kwargs):
+            # The hot path: the arguments are numpy's (see __signature__), parsed only
+            # off this path.
+            if (x.size if type(x) is _ndarray else _ONE.get(type(x), _BIG)) < small and (
+                    not args and not kwargs):
+                scoped = _scoped_get()
+                if (_state.default if scoped is None else scoped) == "auto":
+                    return ref(x)
+            return self._call((x,), args, kwargs)
+        return fast
+
+    # the fast path's own variables, held in its closure cells
+    _small = property(lambda self: self._cells["small"].cell_contents,
+                      lambda self, v: setattr(self._cells["small"], "cell_contents", v))
+    _ref = property(lambda self: self._cells["ref"].cell_contents,
+                    lambda self, v: setattr(self._cells["ref"], "cell_contents", v))
 
     @property
     def __signature__(self):
@@ -118,7 +149,8 @@ class Ufunc(functools.partial):
         return self._ref
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_ref", "_spec", "_small", "_resolved"):
+        if name.startswith("__") or name in ("_ref", "_spec", "_small", "_resolved", "_cells",
+                                             "_lean"):
             raise AttributeError(name)
         return getattr(self.reference, name)
 
@@ -129,21 +161,24 @@ class Ufunc(functools.partial):
         return np.ufunc
 
 
+    # Equal to the reference, with its hash: code compares ufuncs by value (NumPy's own
+    # tests ask ``ufunc in [np.log, np.log2]`` of the ufuncs in numpy._core.umath; a
+    # library's __array_ufunc__ looks the ufunc it is handed up in a dict keyed by
+    # ``np.log``). Under fastmath.patch() those names are fastmath's, while what NumPy
+    # hands around is its own ufunc: without this they would be strangers.
+    def __eq__(self, other):
+        if isinstance(other, Ufunc):
+            return other.reference is self.reference
+        return other is self.reference or NotImplemented
+
+    def __hash__(self):
+        return hash(self.reference)
+
     def __repr__(self):
         return f"<fastmath ufunc {self.__name__!r} (accelerated {self._spec.ref.replace(':', '.')})>"
 
     def __reduce__(self):
         return (_lookup, (self.__name__,))
-
-    def _fast(self, x, /, *args, **kwargs):
-        # The hot path: one of the few things that runs on every call. The arguments are
-        # numpy's (see __signature__); they are parsed only off this path.
-        if not args and not kwargs and (
-                x.size if type(x) is _ndarray else _ONE.get(type(x), _BIG)) < self._small:
-            scoped = _scoped_get()
-            if (_state.default if scoped is None else scoped) == "auto":
-                return self._ref(x)
-        return self._call((x,), args, kwargs)
 
     def _call(self, xs, args, kwargs):
         if _current() == "auto":
@@ -151,6 +186,10 @@ class Ufunc(functools.partial):
                 self._small = _selection.small_size(self._spec)
             if not args and not kwargs and _short(xs, self._small):
                 return self._ref(*xs)
+        if not args and not kwargs:
+            result = _pipeline.lean(self, xs)
+            if result is not NotImplemented:
+                return result
         return _pipeline.call(self, xs, args, kwargs)
 
     def _resolve(self, types, dtype):

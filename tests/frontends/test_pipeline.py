@@ -300,3 +300,111 @@ def test_every_kind_logs_where_it_ran(spec, caplog):
     finally:
         caplog.set_level(logging.WARNING, logger="fastmath")
         _log.refresh()
+
+
+def _common_operands(spec, layout):
+    """Operands of the common call (ndarrays, no options) in various layouts and dtypes."""
+    x = np.linspace(0.05, 0.95, 24) + (spec.name == "arccosh")
+    if layout == "float32":
+        x = x.astype(np.float32)
+    elif layout == "int8":  # a cast to the loop's dtype (float16 for numpy's own rows)
+        x = (x * 3).astype(np.int8) + 1
+    elif layout == "F":
+        x = np.asfortranarray(x.reshape(4, 6))
+    elif layout == "strided":
+        x = np.repeat(x, 2)[::2]
+    elif layout == "backwards":
+        x = x[::-1]
+    elif layout == "swapped":
+        x = x.astype(x.dtype.newbyteorder())
+    elif layout == "0-d":
+        x = np.array(x[3])
+    if spec.kind != "binary":
+        return (x,)
+    if layout == "broadcast":
+        return x.reshape(4, 6), x[:6]
+    if layout == "mixed":
+        return x, x[::-1].astype(np.float32)
+    if x.ndim == 0:
+        return x, x * 0.5
+    return x, x[::-1].copy(order="K") if layout != "F" else np.asfortranarray(x[::-1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", UFUNCS, ids=ids(UFUNCS))
+def test_the_common_call_is_the_references_in_every_layout(spec, backend):
+    # one process-long ufunc object meets each layout and dtype in turn: what the front
+    # end caches for one must not answer for another
+    ours, ref = getattr(fastmath, spec.name), spec.reference()
+    layouts = ["C", "float32", "int8", "F", "strided", "backwards", "swapped", "0-d",
+               "broadcast", "mixed", "C", "int8", "mixed"]
+    with fastmath.backend(backend), np.errstate(all="ignore"):
+        for layout in layouts:
+            xs = _common_operands(spec, layout)
+            copies = [x.copy() for x in xs]
+            got, want = outcome(ours, *xs), outcome(ref, *xs)
+            same(got[0], want[0], spec)
+            if isinstance(want[0], np.ndarray) and want[0].ndim > 1:
+                assert got[0].flags.f_contiguous == want[0].flags.f_contiguous, layout
+            for x, c in zip(xs, copies):
+                np.testing.assert_array_equal(x, c)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_call_sees_the_error_state_of_its_moment(backend):
+    # the front end reads NumPy's error state through a cache: a change of state, nested
+    # or in another thread, must be seen by the very next call
+    import threading
+
+    x = np.array([0.0, 1.0, 2.0] * 400)
+
+    def run():
+        results = []
+        for mode in ("ignore", "raise", "warn", "ignore", "raise"):
+            with np.errstate(divide=mode):
+                for f in (fastmath.log, np.log):
+                    results.append(outcome(f, x)[1:] + (outcome(f, x)[0] is FloatingPointError,))
+        np.seterr(divide="raise")
+        try:
+            results.append(outcome(fastmath.log, x)[0] is FloatingPointError)
+        finally:
+            np.seterr(divide="warn")
+        results.append(outcome(fastmath.log, x)[0] is FloatingPointError)
+        return results
+
+    with fastmath.backend(backend):
+        got = run()
+        pairs = list(zip(got[0:10:2], got[1:10:2]))
+        assert all(a == b for a, b in pairs), pairs
+        assert got[10:] == [True, False]
+        seen = []
+        with np.errstate(divide="raise"):
+            t = threading.Thread(target=lambda: seen.append(outcome(fastmath.log, x)[0]))
+            t.start()
+            t.join(60)
+            assert outcome(fastmath.log, x)[0] is FloatingPointError
+        assert seen and seen[0] is not FloatingPointError  # threads start with NumPy's default
+
+
+@pytest.mark.parametrize("spec", UFUNCS + ELEMENTWISE, ids=ids(UFUNCS + ELEMENTWISE))
+def test_equal_to_its_reference(spec):
+    ours, ref = getattr(fastmath, spec.name), spec.reference()
+    assert ours == ref and ref == ours and not ours != ref
+    assert hash(ours) == hash(ref)
+    assert ref in [ours] and ours in [ref] and {ref: 1}[ours] == 1
+    other = fastmath.exp if spec.name != "exp" else fastmath.log
+    assert ours != other and ours != other.reference and ours != spec.name
+
+
+def test_numpys_own_ufuncs_are_found_among_the_patched_names():
+    # NumPy's test_umath (TestSpecialFloats::test_unary_spurious_fpexception) skips the
+    # cases where an error is expected with ``ufunc in [np.log, np.log2, ...]``, for the
+    # ufuncs of numpy._core.umath: under the patch the list holds fastmath's objects
+    from numpy._core import umath
+
+    with fastmath.patch():
+        expected = [np.log, np.log2, np.log10, np.log1p, np.sqrt, np.arccosh, np.arctanh]
+        for uf in (umath.log, umath.log2, umath.sqrt):
+            assert uf in expected
+        assert umath.exp not in expected
+        assert np.log is not umath.log
