@@ -48,8 +48,12 @@ class _Unary:
 
     def __call__(self, *ins):
         out = ins[-1]
-        parts = _parallel.threads_now() if out.size * out.itemsize >= self.min_bytes else 1
+        big = out.size * out.itemsize >= self.min_bytes
+        parts = _parallel.threads_now() if big else 1
         if parts < 2:
+            if big:  # one piece after all (one core, or a contended one): the flags are
+                # reported as a split call's are, from the caller's line
+                return recorded(self.ufunc, *ins[:-1], out=out)
             self.ufunc(*ins[:-1], out=out)
             return HANDLED
         ufunc = self.ufunc

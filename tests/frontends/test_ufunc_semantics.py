@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import fastmath
+from fastmath.dispatch import _parallel
 
 from helpers import BACKENDS, assert_same
 
@@ -178,7 +179,10 @@ def test_default_state_warns_once_per_category(backend):
                                            "invalid value encountered in log"]
 
 
-def test_warning_points_at_the_callers_line():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_warning_points_at_the_callers_line(threads, monkeypatch):
+    # one thread: a single core, or the pool backing off from a contended one
+    monkeypatch.setattr(_parallel, "threads_now", lambda: threads)
     x = np.zeros(BIG)
     with fastmath.backend("numpy"), pytest.warns(RuntimeWarning) as w:
         fastmath.log(x)
