@@ -31,7 +31,7 @@ import sys
 
 from ._numpy import np
 
-from . import _config, _fpe, _parallel, _selection
+from . import _alloc, _config, _fpe, _parallel, _selection
 
 # Elements per block. 2**15 float64 (256 KiB per temporary) kept a formula of a dozen
 # operations in the L2 cache; 2**13..2**17 measured in bench/workloads.py.
@@ -255,6 +255,10 @@ class _Plan:
             if type(r) is not np.ndarray or not _fits(r, want, self.mode):
                 raise _NotBlockable
             shape = self.shape + r.shape[1:] if self.mode == "rows" else self.shape
+            # a fresh 80 MB output is a fresh mmap, zeroed page by page as blocks land in
+            # it (a tenth of a softplus call at 10^7): recycle freed memory as fastmath's
+            # own outputs do
+            _alloc.expect(math.prod(shape) * r.dtype.itemsize)
             outs.append(np.empty(shape, r.dtype))
         return outs, single
 
