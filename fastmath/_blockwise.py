@@ -175,6 +175,8 @@ class _Plan:
         for key, v in self.operands:
             if self.mode == "rows":
                 part = v[index[0]]
+            elif v.shape == self.shape:  # most operands: no broadcasting to undo
+                part = v[index]
             else:
                 # an operand's own dims, right-aligned; broadcast (length 1) dims kept whole
                 own = tuple(slice(None) if n == 1 else index[nd - v.ndim + t]
@@ -189,7 +191,7 @@ class _Plan:
 
     def block_shape(self, index):
         """The shape (elementwise) or the row count (rows) a block's result must have."""
-        extents = tuple(len(range(*s.indices(n))) for s, n in zip(index, self.shape))
+        extents = tuple(s.stop - s.start for s in index)  # make() writes both, in bounds
         return extents[0] if self.mode == "rows" else extents + self.shape[len(index):]
 
     def call(self, fn, args, kwargs, threads, inner=None):
@@ -216,16 +218,20 @@ class _Plan:
         n = len(self.blocks)
 
         def loop(log):
-            while not stop:
-                b = next(counter)
-                if b >= n:
-                    return
-                try:
-                    index = self.blocks[b]
-                    self._store(outs, self._one(fn, index, log), index)
-                except BaseException:
-                    stop.append(True)  # the other workers end after their current block
-                    raise
+            # one error state for all of a worker's blocks: entering one costs a few us,
+            # as much as the rest of a block's bookkeeping
+            with np.errstate(call=log, **self.modes):
+                while not stop:
+                    b = next(counter)
+                    if b >= n:
+                        return
+                    try:
+                        index = self.blocks[b]
+                        args, kwargs = self.block_args(index)
+                        self._store(outs, fn(*args, **kwargs), index)
+                    except BaseException:
+                        stop.append(True)  # the other workers end after their current block
+                        raise
 
         workers = max(1, min(threads, n - 1))
         logs = [_Log() for _ in range(workers)]
