@@ -33,9 +33,13 @@ from ._numpy import np
 
 from . import _alloc, _config, _fpe, _parallel, _selection
 
-# Elements per block. 2**15 float64 (256 KiB per temporary) kept a formula of a dozen
-# operations in the L2 cache; 2**13..2**17 measured in bench/workloads.py.
-BLOCK = 1 << 15
+# Elements per block: 2**16 float64 is 512 KiB per temporary, two of them in a 1 MiB L2.
+# Each NumPy call in a block costs 1-2 us besides its loop, so smaller blocks lose as much
+# as the cache wins for cheap formulas: on one thread of a 2-core AMD EPYC (1 MiB L2 per
+# core, 32 MiB L3), CPU time of softplus at 10^7 went 58 ms (2**15), 53 (2**16), 50
+# (2**17), plain NumPy 59; GMM E-step 268, 256, 259, plain 282 (medians of 15).
+# bench/workloads.py --block-sweep times 2**12..2**18 on another machine.
+BLOCK = 1 << 16
 # Below this many elements the call runs unblocked: too few blocks to share out.
 MIN_SIZE = 1 << 17
 MODES = ("elementwise", "rows")
