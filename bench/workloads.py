@@ -249,7 +249,8 @@ def ceiling(items, rounds):
     """Blockwise against the same blocks by hand, on one thread and on all of them."""
     everyone = fastmath._parallel.threads()
     print(f"\nceiling: by hand (NumPy over slices of {_blockwise.BLOCK}, no fastmath) and "
-          f"blockwise (numpy backend), 1 and {everyone} threads; median ms, speedup over numpy")
+          f"blockwise (numpy backend), 1 and {everyone} threads; median ms wall (CPU time "
+          f"of all threads, which a busy machine inflates less), speedup over numpy")
     for name, fn, args, mode, _, _ in items:
         declared = fastmath.backend("numpy")(fastmath.accelerate(fn, **{mode: True}))
 
@@ -268,13 +269,16 @@ def ceiling(items, rounds):
             want = fn(*args)
             same = all(compare(v(), want) == "bitwise" for v in vs.values())
             times = {k: [] for k in vs}
+            cpu = {k: [] for k in vs}
             for _ in range(rounds):
                 for k, v in vs.items():
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     v()
                     times[k].append(time.perf_counter() - t0)
+                    cpu[k].append(time.process_time() - c0)
         med = {k: 1e3 * float(np.median(ts)) for k, ts in times.items()}
-        print(f"  {name:14s} " + "  ".join(f"{k} {m:.0f} ({med['numpy'] / m:.2f}x)"
+        used = {k: 1e3 * float(np.median(ts)) for k, ts in cpu.items()}
+        print(f"  {name:14s} " + "  ".join(f"{k} {m:.0f} ({used[k]:.0f}) {med['numpy'] / m:.2f}x"
                                           for k, m in med.items())
               + ("" if same else "  NOT BITWISE"))
 
