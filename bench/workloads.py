@@ -2,7 +2,9 @@
 
 Each workload is one unchanged NumPy/SciPy function, timed as:
 
-- ``numpy``: the function itself;
+- ``numpy``: the function itself, in this process, where fastmath's first large output
+  has made glibc recycle large blocks (fastmath/_alloc.py): faster than in a program
+  that never imports fastmath, where each 80 MB temporary is a fresh mmap;
 - ``accelerate``: ``@fastmath.accelerate`` (each call inside through fastmath, auto backend);
 - ``blockwise``: ``@fastmath.accelerate(elementwise=True)`` (or ``rows=True``) on the numpy
   backend, whose result must be NumPy's, bit for bit;
