@@ -38,7 +38,7 @@ from . import _alloc, _config, _fpe, _parallel, _selection
 # as the cache wins for cheap formulas: on one thread of a 2-core AMD EPYC (1 MiB L2 per
 # core, 32 MiB L3), CPU time of softplus at 10^7 went 58 ms (2**15), 53 (2**16), 50
 # (2**17), plain NumPy 59; GMM E-step 268, 256, 259, plain 282 (medians of 15).
-# bench/workloads.py --block-sweep times 2**12..2**18 on another machine.
+# bench/workloads.py --block-sweep times 2**12..2**18 on any machine.
 BLOCK = 1 << 16
 # Below this many elements the call runs unblocked: too few blocks to share out.
 MIN_SIZE = 1 << 17
@@ -266,8 +266,8 @@ class _Plan:
                 raise _NotBlockable
             shape = self.shape + r.shape[1:] if self.mode == "rows" else self.shape
             # a fresh 80 MB output is a fresh mmap, zeroed page by page as blocks land in
-            # it (a tenth of a softplus call at 10^7): recycle freed memory as fastmath's
-            # own outputs do
+            # it (about 30000 faults a call in 4 KiB pages): recycle freed memory as
+            # fastmath's own outputs do; on the numpy backend nothing else would
             _alloc.expect(math.prod(shape) * r.dtype.itemsize)
             outs.append(np.empty(shape, r.dtype))
         return outs, single
