@@ -42,6 +42,9 @@ from . import _alloc, _config, _fpe, _parallel, _selection
 BLOCK = 1 << 16
 # Below this many elements the call runs unblocked: too few blocks to share out.
 MIN_SIZE = 1 << 17
+# A call of few blocks is cut finer, down to blocks this small: the first block runs alone
+# (its result sizes the outputs), so 2 blocks would run one after the other.
+SMALLEST = 1 << 13
 MODES = ("elementwise", "rows")
 _CATEGORY = {text: bit for _, bit, text in _fpe._CATEGORIES}
 
@@ -168,6 +171,10 @@ class _Plan:
                 k -= 1
             inner = math.prod(shape[k + 1:])
         parts = -(-shape[k] // max(1, BLOCK // inner))
+        # the first block alone, then at least two for each thread
+        wanted = -(-(1 + 2 * _parallel.threads()) // math.prod(shape[:k]))
+        if parts < wanted:
+            parts = max(parts, min(wanted, shape[k] * inner // SMALLEST, shape[k]))
         ranges = [slice(i, j) for i, j in _parallel.bounds(shape[k], parts)]
         lead = [tuple(slice(i, i + 1) for i in ix) for ix in np.ndindex(*shape[:k])]
         blocks = [ix + (r,) for ix in lead for r in ranges]

@@ -404,3 +404,14 @@ def test_large_outputs_recycle_memory_even_when_no_fastmath_kernel_ran():
     # 80 MB freshly mapped: 19532 faults in 4 KiB pages, 600 or so in huge pages; the
     # pool thread's own heap may still fault a few of its blocks' pages
     assert int(r.stdout) < 100
+
+
+@pytest.mark.parametrize("mode, arg", [("elementwise", X[:150_000]),
+                                       ("rows", X[:140_000].reshape(70_000, 2))])
+def test_a_call_of_few_blocks_is_cut_for_every_thread(mode, arg):
+    """Just above the unblocked size, blocks of the usual size would be two or three, the
+    first of which runs alone: the call is cut finer so that every thread has blocks."""
+    fn, count = calls_counted(np.exp)
+    f = fastmath.backend("numpy")(fastmath.accelerate(fn, **{mode: True}))
+    assert_same(f(arg), np.exp(arg))
+    assert len(count) >= min(1 + 2 * _parallel.threads(), arg.size // _blockwise.SMALLEST)
