@@ -178,6 +178,12 @@ class _Plan:
         ranges = [slice(i, j) for i, j in _parallel.bounds(shape[k], parts)]
         lead = [tuple(slice(i, i + 1) for i in ix) for ix in np.ndindex(*shape[:k])]
         blocks = [ix + (r,) for ix in lead for r in ranges]
+        first, small = blocks[0][-1], max(1, SMALLEST // inner)
+        if len(blocks) > 1 and first.stop - first.start > 2 * small:
+            # the first block runs alone while the other threads wait: keep it small
+            cut = first.start + small
+            blocks[:1] = [blocks[0][:-1] + (slice(first.start, cut),),
+                          blocks[0][:-1] + (slice(cut, first.stop),)]
         return cls(mode, args, kwargs, operands, shape, blocks)
 
     def block_args(self, index):
