@@ -2,7 +2,9 @@
 
 Each workload is one unchanged NumPy/SciPy function, timed as:
 
-- ``numpy``: the function itself;
+- ``numpy``: the function itself, in this process, where fastmath's first large output
+  has made glibc recycle large blocks (fastmath/dispatch/_alloc.py): faster than in a program
+  that never imports fastmath, where each 80 MB temporary is a fresh mmap;
 - ``accelerate``: ``@fastmath.accelerate`` (each call inside through fastmath, auto backend);
 - ``blockwise``: ``@fastmath.accelerate(elementwise=True)`` (or ``rows=True``) on the numpy
   backend, whose result must be NumPy's, bit for bit;
@@ -15,12 +17,18 @@ with the load average, since other processes share the machine. Every result is 
 with the plain call: bit for bit where NumPy's kernels ran, else as the largest difference
 relative to the largest magnitude of the result.
 
+``--ceiling`` times, on one thread and on every thread, the function by hand over slices of
+``BLOCK`` elements with no fastmath at all (the most blockwise can do with NumPy's own
+loops) beside the blocked call: their gap is fastmath's own cost per block.
+
 python bench/workloads.py [--quick] [--rounds 7] [--plot docs/img/blockwise.png]
-                          [--block-sweep] [--foreach] [--only softplus,"gmm e-step"]
+                          [--block-sweep] [--ceiling] [--foreach] [--only softplus,"gmm e-step"]
 """
 import argparse
+import itertools
 import os
 import platform
+import threading
 import time
 
 import numpy as np
@@ -219,6 +227,76 @@ def block_sweep(items, rounds):
         _blockwise.BLOCK = saved
 
 
+def by_hand(fn, args, mode, threads):
+    """``fn`` over slices of about ``BLOCK`` elements of its arrays, in ``threads`` plain
+    threads sharing a counter, into preallocated outputs: blockwise with nothing of
+    fastmath's (only what this bench's workloads need: arrays cut along their first axis)."""
+    n = next(a.shape[0] for a in args if isinstance(a, np.ndarray))
+    width = max(int(np.prod(a.shape[1:])) for a in args
+                if isinstance(a, np.ndarray) and a.shape[0] == n)
+    rows = max(1, _blockwise.BLOCK // width if mode == "rows" else _blockwise.BLOCK)
+
+    def call(i):
+        part = slice(i * rows, (i + 1) * rows)
+        return as_tuple(fn(*(a[part] if isinstance(a, np.ndarray) and a.shape[0] == n
+                             else a for a in args)))
+
+    first = call(0)
+    outs = [np.empty((n,) + r.shape[1:], r.dtype) for r in first]
+    counter, blocks = itertools.count(), -(-n // rows)
+
+    def loop():
+        while (i := next(counter)) < blocks:
+            for o, r in zip(outs, first if i == 0 else call(i)):
+                o[i * rows:(i + 1) * rows] = r
+
+    helpers = [threading.Thread(target=loop) for _ in range(threads - 1)]
+    for t in helpers:
+        t.start()
+    loop()
+    for t in helpers:
+        t.join()
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def ceiling(items, rounds):
+    """Blockwise against the same blocks by hand, on one thread and on all of them."""
+    everyone = fastmath.dispatch._parallel.threads()
+    print(f"\nceiling: by hand (NumPy over slices of {_blockwise.BLOCK}, no fastmath) and "
+          f"blockwise (numpy backend), 1 and {everyone} threads; median ms wall (CPU time "
+          f"of all threads, which a busy machine inflates less), speedup over numpy")
+    for name, fn, args, mode, _, _ in items:
+        declared = fastmath.backend("numpy")(fastmath.accelerate(fn, **{mode: True}))
+
+        def blockwise(t):
+            fastmath.dispatch._config.reload(dict(os.environ, FASTMATH_NUM_THREADS=str(t)))
+            try:
+                return declared(*args)
+            finally:
+                fastmath.dispatch._config.reload()
+
+        vs = {"numpy": lambda: fn(*args)}
+        for t in sorted({1, everyone}):
+            vs[f"hand x{t}"] = lambda t=t: by_hand(fn, args, mode, t)
+            vs[f"blockwise x{t}"] = lambda t=t: blockwise(t)
+        with np.errstate(all="ignore"):
+            want = fn(*args)
+            same = all(compare(v(), want) == "bitwise" for v in vs.values())
+            times = {k: [] for k in vs}
+            cpu = {k: [] for k in vs}
+            for _ in range(rounds):
+                for k, v in vs.items():
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    v()
+                    times[k].append(time.perf_counter() - t0)
+                    cpu[k].append(time.process_time() - c0)
+        med = {k: 1e3 * float(np.median(ts)) for k, ts in times.items()}
+        used = {k: 1e3 * float(np.median(ts)) for k, ts in cpu.items()}
+        print(f"  {name:14s} " + "  ".join(f"{k} {m:.0f} ({used[k]:.0f}) {med['numpy'] / m:.2f}x"
+                                          for k, m in med.items())
+              + ("" if same else "  NOT BITWISE"))
+
+
 def plot(results, path, title):
     import matplotlib
 
@@ -256,6 +334,8 @@ def main():
     p.add_argument("--only", default=None, help="comma-separated workload names")
     p.add_argument("--plot", default=None, help="write a PNG of the speedups here")
     p.add_argument("--block-sweep", action="store_true", help="time block sizes 2^12..2^18")
+    p.add_argument("--ceiling", action="store_true",
+                   help="also time the blocks by hand, without fastmath, on 1 and all threads")
     p.add_argument("--foreach", action="store_true", help="also time fastmath.foreach")
     a = p.parse_args()
     n, rounds = (10**6, 3) if a.quick else (int(a.size), a.rounds)
@@ -279,6 +359,8 @@ def main():
         foreach_bench(rounds)
     if a.block_sweep:
         block_sweep(items, max(3, rounds // 2))
+    if a.ceiling:
+        ceiling(items, rounds)
     if a.plot:
         plot(results, a.plot, f"{cpu()}, {fastmath.dispatch._parallel.threads()} threads; n = {n:.0e} "
                               f"float64 (GMM: n/10 x 2); load average {load()}")

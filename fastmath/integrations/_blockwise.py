@@ -31,13 +31,20 @@ import sys
 
 from .._numpy import np
 
-from ..dispatch import _config, _fpe, _parallel, _selection
+from ..dispatch import _alloc, _config, _fpe, _parallel, _selection
 
-# Elements per block. 2**15 float64 (256 KiB per temporary) kept a formula of a dozen
-# operations in the L2 cache; 2**13..2**17 measured in bench/workloads.py.
-BLOCK = 1 << 15
+# Elements per block: 2**16 float64 is 512 KiB per temporary, two of them in a 1 MiB L2.
+# Each NumPy call in a block costs 1-2 us besides its loop, so smaller blocks lose as much
+# as the cache wins for cheap formulas: on one thread of a 2-core AMD EPYC (1 MiB L2 per
+# core, 32 MiB L3), CPU time of softplus at 10^7 went 58 ms (2**15), 53 (2**16), 50
+# (2**17), plain NumPy 59; GMM E-step 268, 256, 259, plain 282 (medians of 15).
+# bench/workloads.py --block-sweep times 2**12..2**18 on any machine.
+BLOCK = 1 << 16
 # Below this many elements the call runs unblocked: too few blocks to share out.
 MIN_SIZE = 1 << 17
+# A call of few blocks is cut finer, down to blocks this small: the first block runs alone
+# (its result sizes the outputs), so 2 blocks would run one after the other.
+SMALLEST = 1 << 13
 MODES = ("elementwise", "rows")
 _CATEGORY = {text: bit for _, bit, text in _fpe._CATEGORIES}
 
@@ -164,9 +171,19 @@ class _Plan:
                 k -= 1
             inner = math.prod(shape[k + 1:])
         parts = -(-shape[k] // max(1, BLOCK // inner))
+        # the first block alone, then at least two for each thread
+        wanted = -(-(1 + 2 * _parallel.threads()) // math.prod(shape[:k]))
+        if parts < wanted:
+            parts = max(parts, min(wanted, shape[k] * inner // SMALLEST, shape[k]))
         ranges = [slice(i, j) for i, j in _parallel.bounds(shape[k], parts)]
         lead = [tuple(slice(i, i + 1) for i in ix) for ix in np.ndindex(*shape[:k])]
         blocks = [ix + (r,) for ix in lead for r in ranges]
+        first, small = blocks[0][-1], max(1, SMALLEST // inner)
+        if len(blocks) > 1 and first.stop - first.start > 2 * small:
+            # the first block runs alone while the other threads wait: keep it small
+            cut = first.start + small
+            blocks[:1] = [blocks[0][:-1] + (slice(first.start, cut),),
+                          blocks[0][:-1] + (slice(cut, first.stop),)]
         return cls(mode, args, kwargs, operands, shape, blocks)
 
     def block_args(self, index):
@@ -175,6 +192,8 @@ class _Plan:
         for key, v in self.operands:
             if self.mode == "rows":
                 part = v[index[0]]
+            elif v.shape == self.shape:  # most operands: no broadcasting to undo
+                part = v[index]
             else:
                 # an operand's own dims, right-aligned; broadcast (length 1) dims kept whole
                 own = tuple(slice(None) if n == 1 else index[nd - v.ndim + t]
@@ -189,7 +208,7 @@ class _Plan:
 
     def block_shape(self, index):
         """The shape (elementwise) or the row count (rows) a block's result must have."""
-        extents = tuple(len(range(*s.indices(n))) for s, n in zip(index, self.shape))
+        extents = tuple(s.stop - s.start for s in index)  # make() writes both, in bounds
         return extents[0] if self.mode == "rows" else extents + self.shape[len(index):]
 
     def call(self, fn, args, kwargs, threads, inner=None):
@@ -216,16 +235,20 @@ class _Plan:
         n = len(self.blocks)
 
         def loop(log):
-            while not stop:
-                b = next(counter)
-                if b >= n:
-                    return
-                try:
-                    index = self.blocks[b]
-                    self._store(outs, self._one(fn, index, log), index)
-                except BaseException:
-                    stop.append(True)  # the other workers end after their current block
-                    raise
+            # one error state for all of a worker's blocks: entering one costs a few us,
+            # as much as the rest of a block's bookkeeping
+            with np.errstate(call=log, **self.modes):
+                while not stop:
+                    b = next(counter)
+                    if b >= n:
+                        return
+                    try:
+                        index = self.blocks[b]
+                        args, kwargs = self.block_args(index)
+                        self._store(outs, fn(*args, **kwargs), index)
+                    except BaseException:
+                        stop.append(True)  # the other workers end after their current block
+                        raise
 
         workers = max(1, min(threads, n - 1))
         logs = [_Log() for _ in range(workers)]
@@ -255,6 +278,10 @@ class _Plan:
             if type(r) is not np.ndarray or not _fits(r, want, self.mode):
                 raise _NotBlockable
             shape = self.shape + r.shape[1:] if self.mode == "rows" else self.shape
+            # a fresh 80 MB output is a fresh mmap, zeroed page by page as blocks land in
+            # it (about 30000 faults a call in 4 KiB pages): recycle freed memory as
+            # fastmath's own outputs do; on the numpy backend nothing else would
+            _alloc.expect(math.prod(shape) * r.dtype.itemsize)
             outs.append(np.empty(shape, r.dtype))
         return outs, single
 

@@ -4,6 +4,8 @@ The oracle is always the undecorated function called whole with NumPy: values bi
 on the numpy backend, dtypes, shapes, exceptions, warnings and error-state modes.
 """
 import asyncio
+import platform
+import sys
 import threading
 import warnings
 
@@ -357,7 +359,6 @@ def test_ctrl_c_during_a_blocked_call_stops_it(tmp_path):
     """SIGINT while blocks run: KeyboardInterrupt reaches the caller, nothing hangs."""
     import signal
     import subprocess
-    import sys
     import time
 
     script = tmp_path / "interrupted.py"
@@ -378,3 +379,40 @@ def test_ctrl_c_during_a_blocked_call_stops_it(tmp_path):
     finally:
         p.kill()
     assert p.returncode != 0 and "KeyboardInterrupt" in err
+
+
+RECYCLED = """
+import resource, numpy as np, fastmath
+f = fastmath.backend("numpy")(fastmath.accelerate(elementwise=True)(lambda x: np.exp(-x) + 1))
+x = np.ones(10**7)  # an 80 MB output, past glibc's own recycling
+f(x)  # the first output maps its pages
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(3):
+    f(x)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 3)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_large_outputs_recycle_memory_even_when_no_fastmath_kernel_ran():
+    """Blocks on the numpy backend call NumPy directly, so the blocked call's own output is
+    the only large allocation fastmath sees: it must not be a fresh, faulting mmap each call."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", RECYCLED], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    # 80 MB freshly mapped: 19532 faults in 4 KiB pages, 600 or so in huge pages; the
+    # pool thread's own heap may still fault a few of its blocks' pages
+    assert int(r.stdout) < 100
+
+
+@pytest.mark.parametrize("mode, arg", [("elementwise", X[:150_000]),
+                                       ("rows", X[:140_000].reshape(70_000, 2))])
+def test_a_call_of_few_blocks_is_cut_for_every_thread(mode, arg):
+    """Just above the unblocked size, blocks of the usual size would be two or three, the
+    first of which runs alone: the call is cut finer so that every thread has blocks."""
+    fn, count = calls_counted(np.exp)
+    f = fastmath.backend("numpy")(fastmath.accelerate(fn, **{mode: True}))
+    assert_same(f(arg), np.exp(arg))
+    assert len(count) >= min(1 + 2 * _parallel.threads(), arg.size // _blockwise.SMALLEST)
