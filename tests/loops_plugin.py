@@ -25,6 +25,8 @@ def pytest_configure(config):
             _loopmode._PIECE = 64
 
         fastmath.patch.start(mode)
+        if _loopmode.available():
+            _loopmode.count_calls(True)  # the report says how often the loops ran
 
 
 def pytest_runtest_logreport(report):

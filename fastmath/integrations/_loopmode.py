@@ -140,9 +140,19 @@ def active() -> bool:
     return _installed.active()
 
 
+def count_calls(on: bool = True) -> bool:
+    """Count every call of the installed loops from now (``on``) or stop counting; returns
+    whether they were counted before. Off by default: a counted call takes the long path
+    (some nanoseconds more), so only tests and reports turn it on."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    return _loops.set_counting(on)
+
+
 def counts() -> dict:
-    """``{"exp d->d": (calls, split calls), ...}``: what the loop mode ran since the
-    process started, for every loop it has installed."""
+    """``{"exp d->d": (calls, split calls), ...}`` for every loop the loop mode has
+    installed: the runs it split since the process started, and the calls made while
+    :func:`count_calls` was on."""
     out: dict = {}
     with _installed.lock:
         for slot, key in _known.items():  # a ufunc may list one signature twice

@@ -54,9 +54,20 @@ typedef struct {
     atomic_ulong calls, split_calls;
 } Slot;
 
+/* All a short run reads, in one 16-byte cell apart from the Slot: the short path touches
+ * one cache line and writes nothing. (With these two fields inside the 64-byte Slots, and a
+ * call counter written on every run, a 3-element multiply or a 0-d log cost 3-4% more than
+ * NumPy's for some slot numbers, nothing for others.) */
+typedef struct {
+    PyUFuncGenericFunction original; /* a copy of the Slot's */
+    atomic_long min_split;           /* the Slot's, or 0 while calls are counted */
+} __attribute__((aligned(16))) Hot;
+
 static Slot slots[NSLOTS];
+static Hot hot[NSLOTS];
 static int nslots = 0;
 static atomic_int enabled = 1;
+static atomic_int counting = 0; /* count calls: every run then takes long_run */
 
 /* ---- the pool ---------------------------------------------------------------- */
 
@@ -269,7 +280,15 @@ static __attribute__((noinline)) void long_run(Slot *s, char **args, npy_intp co
                                                npy_intp const *steps, void *data)
 {
     npy_intp n = dims[0];
-    if (!(atomic_load_explicit(&enabled, memory_order_relaxed)
+    if (atomic_load_explicit(&counting, memory_order_relaxed)) {
+        /* a plain load and store, not a locked add: a count for reports, where a rare lost
+         * increment under contention costs less than a bus lock on every run */
+        atomic_store_explicit(&s->calls,
+                              atomic_load_explicit(&s->calls, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    }
+    if (!(n >= atomic_load_explicit(&s->min_split, memory_order_relaxed)
+            && atomic_load_explicit(&enabled, memory_order_relaxed)
             && independent(s, args, n, steps) && split(s, args, n, steps, data))) {
         s->original(args, dims, steps, data);
     }
@@ -278,16 +297,12 @@ static __attribute__((noinline)) void long_run(Slot *s, char **args, npy_intp co
 static inline void run_slot(int i, char **args, npy_intp const *dims, npy_intp const *steps,
                             void *data)
 {
-    Slot *s = &slots[i];
-    /* a plain load and store, not a locked add: a count for reports, where a rare lost
-     * increment under contention costs less than a bus lock on every short run */
-    atomic_store_explicit(&s->calls, atomic_load_explicit(&s->calls, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    if (dims[0] >= atomic_load_explicit(&s->min_split, memory_order_relaxed)) {
-        long_run(s, args, dims, steps, data);
+    Hot *h = &hot[i];
+    if (dims[0] >= atomic_load_explicit(&h->min_split, memory_order_relaxed)) {
+        long_run(&slots[i], args, dims, steps, data);
         return;
     }
-    s->original(args, dims, steps, data);
+    h->original(args, dims, steps, data);
 }
 
 /* NSLOTS trampolines, tramp<base-4 digits>, each bound to its slot number */
@@ -731,7 +746,7 @@ static PyObject *py_replace(PyObject *self, PyObject *args)
         }
         i = nslots;
         Slot *s = &slots[i];
-        s->original = *where;
+        s->original = hot[i].original = *where;
         s->where = where;
         s->nin = uf->nin;
         s->nout = uf->nout;
@@ -748,6 +763,7 @@ static PyObject *py_replace(PyObject *self, PyObject *args)
     }
     atomic_store(&s->min_split, min_split < 1 ? 1 : min_split);
     atomic_store(&s->piece, piece < 64 ? 64 : piece);
+    atomic_store(&hot[i].min_split, atomic_load(&counting) ? 0 : atomic_load(&s->min_split));
     __atomic_store_n(where, trampolines[i], __ATOMIC_RELEASE);
     return PyLong_FromLong(i);
 }
@@ -808,6 +824,19 @@ static PyObject *py_set_enabled(PyObject *self, PyObject *args)
     return PyBool_FromLong(atomic_exchange(&enabled, on));
 }
 
+static PyObject *py_set_counting(PyObject *self, PyObject *args)
+{
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) {
+        return NULL;
+    }
+    int before = atomic_exchange(&counting, on);
+    for (int i = 0; i < nslots; i++) { /* under the GIL, as replace() is */
+        atomic_store(&hot[i].min_split, on ? 0 : atomic_load(&slots[i].min_split));
+    }
+    return PyBool_FromLong(before);
+}
+
 static PyObject *py_set_threads(PyObject *self, PyObject *args)
 {
     int n;
@@ -833,7 +862,10 @@ static PyMethodDef methods[] = {
      "replace(ufunc, index, min_split, piece) -> slot: install the splitting loop"},
     {"restore", py_restore, METH_VARARGS, "restore(slot) -> bool: put the original back"},
     {"installed", py_installed, METH_VARARGS, "installed(slot) -> bool"},
-    {"counts", py_counts, METH_VARARGS, "counts(slot) -> (calls, split calls)"},
+    {"counts", py_counts, METH_VARARGS,
+     "counts(slot) -> (calls counted, split calls): calls only while set_counting(True)"},
+    {"set_counting", py_set_counting, METH_VARARGS,
+     "set_counting(bool) -> previous: count every call (each then takes the long path)"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per split, 0: all"},
     {"threads", py_threads, METH_NOARGS, "threads per split"},

@@ -166,7 +166,14 @@ def test_reductions_accumulations_and_overlap_stay_numpys():
         _bitwise(plain, patched)
 
 
-def test_small_arrays_and_scalars_take_the_original_loop():
+@pytest.fixture
+def counting():
+    before = _loopmode.count_calls(True)
+    yield
+    _loopmode.count_calls(before)
+
+
+def test_small_arrays_and_scalars_take_the_original_loop(counting):
     x = RNG.standard_normal(100)
     key = "exp d->d"
     calls, split = _loopmode.counts().get(key, (0, 0))
@@ -175,6 +182,33 @@ def test_small_arrays_and_scalars_take_the_original_loop():
         _bitwise(a, b)
     after = _loopmode.counts()[key]
     assert after[0] > calls and after[1] == split
+
+
+def test_calls_are_counted_only_while_asked_and_splitting_is_unchanged():
+    # Counting sends every run through the long path, which must still split exactly the
+    # runs it split before and count nothing once counting stops.
+    small, big = RNG.standard_normal(100), RNG.standard_normal(N)
+    key = "exp d->d"
+    with fastmath.patch(mode="loops"):
+        for on in (False, True, False):
+            _loopmode.count_calls(on)
+            calls, split = _loopmode.counts()[key]
+            _bitwise(numpy.exp(small), numpy.exp(small.copy()))  # two short runs
+            assert _loopmode.counts()[key] == (calls + 2 * on, split)
+            fastmath.patch.stop("loops")
+            plain = numpy.exp(big)
+            fastmath.patch.start("loops")
+            _bitwise(plain, numpy.exp(big))
+            assert _loopmode.counts()[key] == (calls + 3 * on, split + 1)
+    # installing while counting is on counts too
+    _loopmode.count_calls(True)
+    try:
+        calls = _loopmode.counts()[key][0]
+        with fastmath.patch(mode="loops"):
+            numpy.exp(small)
+        assert _loopmode.counts()[key][0] == calls + 1
+    finally:
+        _loopmode.count_calls(False)
 
 
 @pytest.mark.slow
@@ -269,7 +303,7 @@ def test_scipy_errors_reported_from_the_callers_thread():
     _bitwise(plain, scipy.special.gammaln(x[:-1]))
 
 
-def test_numpy_runs_every_installed_loop():
+def test_numpy_runs_every_installed_loop(counting):
     # NumPy 2 dispatches through ArrayMethods; for these legacy float loops it still looks
     # the pointer up on each call. A loop it cached elsewhere would show no calls here.
     with fastmath.patch(mode="loops"):
