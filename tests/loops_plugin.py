@@ -1,7 +1,7 @@
 """pytest plugin: a library's own tests with fastmath's loop mode installed throughout.
 
-Loaded into a separate pytest process (``-p loops_plugin``) by tests/test_loops_upstream.py
-and tests/integrations/test_library_suites.py. FASTMATH_LOOPS_MODE names the patch mode to hold from
+Loaded into a separate pytest process (``-p loops_plugin``) by
+tests/integrations/test_library_suites.py. FASTMATH_LOOPS_MODE names the patch mode to hold from
 before any test module is imported (none: the plain reference run); every test's outcome
 goes to the JSON file named by FASTMATH_LOOPS_REPORT, so the two runs can be compared test
 by test.
