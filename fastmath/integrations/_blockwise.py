@@ -138,53 +138,14 @@ class _Plan:
     @classmethod
     def make(cls, mode, args, kwargs):
         """A plan, or None where the call should run unblocked."""
-        operands = []
-        for key, v in itertools.chain(enumerate(args), kwargs.items()):
-            if type(v) is list:
-                v = np.asarray(v)
-                if v.dtype == object:
-                    return None
-            elif type(v) is not np.ndarray:
-                if isinstance(v, np.ndarray):  # a subclass: its own rules, unblocked
-                    return None
-                continue
-            if v.ndim:
-                operands.append((key, v))
+        operands = _operands(args, kwargs)
         if not operands:
             return None
-        if mode == "rows":
-            n = operands[0][1].shape[0]
-            operands = [(k, v) for k, v in operands if v.shape[0] == n]
-            width = max(math.prod(v.shape[1:]) for _, v in operands)
-            if n < 2 or n * width < MIN_SIZE:
-                return None
-            shape, k, inner = (n,), 0, max(1, width)
-        else:
-            try:
-                shape = np.broadcast_shapes(*(v.shape for _, v in operands))
-            except ValueError:
-                return None
-            if math.prod(shape) < MIN_SIZE:
-                return None
-            k = len(shape) - 1
-            while k > 0 and math.prod(shape[k:]) <= BLOCK:
-                k -= 1
-            inner = math.prod(shape[k + 1:])
-        parts = -(-shape[k] // max(1, BLOCK // inner))
-        # the first block alone, then at least two for each thread
-        wanted = -(-(1 + 2 * _parallel.threads()) // math.prod(shape[:k]))
-        if parts < wanted:
-            parts = max(parts, min(wanted, shape[k] * inner // SMALLEST, shape[k]))
-        ranges = [slice(i, j) for i, j in _parallel.bounds(shape[k], parts)]
-        lead = [tuple(slice(i, i + 1) for i in ix) for ix in np.ndindex(*shape[:k])]
-        blocks = [ix + (r,) for ix in lead for r in ranges]
-        first, small = blocks[0][-1], max(1, SMALLEST // inner)
-        if len(blocks) > 1 and first.stop - first.start > 2 * small:
-            # the first block runs alone while the other threads wait: keep it small
-            cut = first.start + small
-            blocks[:1] = [blocks[0][:-1] + (slice(first.start, cut),),
-                          blocks[0][:-1] + (slice(cut, first.stop),)]
-        return cls(mode, args, kwargs, operands, shape, blocks)
+        cut = _rows_cut(operands) if mode == "rows" else _elementwise_cut(operands)
+        if cut is None:
+            return None
+        operands, shape, k, inner = cut
+        return cls(mode, args, kwargs, operands, shape, _blocks(shape, k, inner))
 
     def block_args(self, index):
         args, kwargs = list(self.args), dict(self.kwargs)
@@ -370,3 +331,65 @@ def differ(a, b):
         return raw.any(axis=-1)
     unsigned = np.dtype(f"u{size}")
     return a.view(unsigned) != b.view(unsigned)
+
+
+def _operands(args, kwargs):
+    """[(position or keyword, ndarray)] of the array arguments (lists made arrays); None
+    where one rules blocking out (a subclass, a list of objects)."""
+    operands = []
+    for key, v in itertools.chain(enumerate(args), kwargs.items()):
+        if type(v) is list:
+            v = np.asarray(v)
+            if v.dtype == object:
+                return None
+        elif type(v) is not np.ndarray:
+            if isinstance(v, np.ndarray):  # a subclass: its own rules, unblocked
+                return None
+            continue
+        if v.ndim:
+            operands.append((key, v))
+    return operands
+
+
+def _rows_cut(operands):
+    """(operands, shape, axis cut, elements per step along it) for rows, or None."""
+    n = operands[0][1].shape[0]
+    operands = [(k, v) for k, v in operands if v.shape[0] == n]
+    width = max(math.prod(v.shape[1:]) for _, v in operands)
+    if n < 2 or n * width < MIN_SIZE:
+        return None
+    return operands, (n,), 0, max(1, width)
+
+
+def _elementwise_cut(operands):
+    """The same for elementwise: the broadcast shape, cut along its outermost axis whose
+    trailing part fits a block."""
+    try:
+        shape = np.broadcast_shapes(*(v.shape for _, v in operands))
+    except ValueError:
+        return None
+    if math.prod(shape) < MIN_SIZE:
+        return None
+    k = len(shape) - 1
+    while k > 0 and math.prod(shape[k:]) <= BLOCK:
+        k -= 1
+    return operands, shape, k, math.prod(shape[k + 1:])
+
+
+def _blocks(shape, k, inner):
+    """Index tuples over ``shape``, cutting axis ``k`` (``inner`` elements a step)."""
+    parts = -(-shape[k] // max(1, BLOCK // inner))
+    # the first block alone, then at least two for each thread
+    wanted = -(-(1 + 2 * _parallel.threads()) // math.prod(shape[:k]))
+    if parts < wanted:
+        parts = max(parts, min(wanted, shape[k] * inner // SMALLEST, shape[k]))
+    ranges = [slice(i, j) for i, j in _parallel.bounds(shape[k], parts)]
+    lead = [tuple(slice(i, i + 1) for i in ix) for ix in np.ndindex(*shape[:k])]
+    blocks = [ix + (r,) for ix in lead for r in ranges]
+    first, small = blocks[0][-1], max(1, SMALLEST // inner)
+    if len(blocks) > 1 and first.stop - first.start > 2 * small:
+        # the first block runs alone while the other threads wait: keep it small
+        cut = first.start + small
+        blocks[:1] = [blocks[0][:-1] + (slice(first.start, cut),),
+                      blocks[0][:-1] + (slice(cut, first.stop),)]
+    return blocks

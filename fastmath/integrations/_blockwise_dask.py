@@ -78,29 +78,10 @@ def map_blocks(fn, mode, args, kwargs, local):
                 if isinstance(v, (da.Array, np.ndarray, list)) and np.ndim(v) >= 1]
     template_args, template_kwargs = list(args), dict(kwargs)
     if mode == "rows":
-        n = np.shape(operands[0][1])[0]
-        for k, v in operands:
-            if np.shape(v)[0] != n:  # passed whole to every task
-                whole = v.compute() if isinstance(v, da.Array) else v
-                _put(template_args, template_kwargs, k, whole)
-        operands = [(k, v) for k, v in operands if np.shape(v)[0] == n]
+        operands = _rows_only(operands, template_args, template_kwargs)
         if not any(isinstance(v, da.Array) for _, v in operands):
             return local(template_args, template_kwargs)
-    nd = max(np.ndim(v) for _, v in operands)
-    chunks = {}  # output axis (counted from the end) and length -> the chunks to match
-    for _, v in operands:
-        if isinstance(v, da.Array):
-            for t, c in enumerate(v.chunks[:1] if mode == "rows" else v.chunks):
-                chunks.setdefault((_axis(v.ndim, t, mode), sum(c)), c)
-    arrays = []
-    for _, v in operands:
-        if not isinstance(v, da.Array):
-            v = np.asarray(v)
-            v = da.from_array(v, chunks=tuple(chunks.get((_axis(v.ndim, t, mode), n), -1)
-                                              for t, n in enumerate(v.shape)))
-        if mode == "rows":
-            v = v.rechunk({a: -1 for a in range(1, v.ndim)})
-        arrays.append(v)
+    arrays = _dask_arrays([v for _, v in operands], mode)
     keys = [k for k, _ in operands]
     task = _Chunk(fn, mode, current(), template_args, template_kwargs, keys)
     sample_args, sample_kwargs = list(template_args), dict(template_kwargs)
@@ -108,10 +89,49 @@ def map_blocks(fn, mode, args, kwargs, local):
         _put(sample_args, sample_kwargs, k, _sample(v, mode))
     with np.errstate(all="ignore"):
         sample = fn(*sample_args, **sample_kwargs)
-    outputs = sample if isinstance(sample, tuple) else (sample,)
-    outputs = [np.asarray(o) for o in outputs]
-    name = getattr(fn, "__name__", "blockwise")
+    outputs = [np.asarray(o) for o in (sample if isinstance(sample, tuple) else (sample,))]
+    return _graph(task, arrays, outputs, mode, getattr(fn, "__name__", "blockwise"))
 
+
+def _rows_only(operands, args, kwargs):
+    """The operands cut along the first axis (the first one's length); the others are
+    computed if need be and passed whole to every task, through ``args``/``kwargs``."""
+    import dask.array as da
+
+    n = np.shape(operands[0][1])[0]
+    for k, v in operands:
+        if np.shape(v)[0] != n:
+            _put(args, kwargs, k, v.compute() if isinstance(v, da.Array) else v)
+    return [(k, v) for k, v in operands if np.shape(v)[0] == n]
+
+
+def _dask_arrays(values, mode):
+    """Every operand as a Dask array, NumPy ones chunked as the Dask ones they meet."""
+    import dask.array as da
+
+    chunks = {}  # output axis (counted from the end) and length -> the chunks to match
+    for v in values:
+        if isinstance(v, da.Array):
+            for t, c in enumerate(v.chunks[:1] if mode == "rows" else v.chunks):
+                chunks.setdefault((_axis(v.ndim, t, mode), sum(c)), c)
+    arrays = []
+    for v in values:
+        if not isinstance(v, da.Array):
+            v = np.asarray(v)
+            v = da.from_array(v, chunks=tuple(chunks.get((_axis(v.ndim, t, mode), n), -1)
+                                              for t, n in enumerate(v.shape)))
+        if mode == "rows":
+            v = v.rechunk({a: -1 for a in range(1, v.ndim)})
+        arrays.append(v)
+    return arrays
+
+
+def _graph(task, arrays, outputs, mode, name):
+    """One ``blockwise`` layer running ``task`` per chunk; a tuple of outputs picks each
+    item from the chunk's tuple."""
+    import dask.array as da
+
+    nd = max(a.ndim for a in arrays)
     if mode == "rows":
         pairs = [p for i, a in enumerate(arrays)
                  for p in (a, ("r",) + tuple(f"in{i}_{t}" for t in range(1, a.ndim)))]

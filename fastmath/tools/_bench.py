@@ -239,44 +239,61 @@ def summary(result, plot_note, load_before, load_after) -> str:
     """A few plain lines: what is faster here and by how much, what was too noisy to tell,
     whether auto met its bound, and where the plot went."""
     rows = result["rows"]
-    flat = [r for r in rows if len(r["shape"]) == 1]
-    biggest = max((r["shape"][0] for r in flat), default=0)
-    big = [r for r in rows if (len(r["shape"]) > 1 or r["shape"][0] == biggest)
-           and int(np.prod(r["shape"])) >= LARGE]
     lines = [f"Summary ({_load_words(load_before, load_after)})."]
-    if big:
-        two_d = any(len(r["shape"]) > 1 for r in big)
-        lines.append(f"At {_size_words(biggest)} elements"
-                     + (" (and logsumexp on the 2-D array)" if two_d else "")
-                     + ", fastmath's default against calling NumPy/SciPy directly:")
-        titles = {"faster": "faster in every round", "same": "about the same (within 10%)",
-                  "slower": "slower in every round",
-                  "noisy": "too noisy to tell (the rounds disagreed)"}
-        for word, title in titles.items():
-            members = [r for r in big if r["speedup_word"] == word]
-            if members:
-                cells = ", ".join(f"{r['function']} {r['dtype']}"
-                                  + (f" {r['label']}" if len(r["shape"]) > 1 else "")
-                                  + (f" {r['speedup']:.1f}x" if word != "noisy" else
-                                     f" ({r['speedup_range'][0]:.1f}-"
-                                     f"{r['speedup_range'][1]:.1f}x)")
-                                  for r in members)
-                lines.append(f"  {title}: {cells}")
+    lines += _large_lines(rows)
     small = [r for r in rows if int(np.prod(r["shape"])) < LARGE]
     wrapped = [r["figure"] * 1e6 for r in small if r["auto_chose"] == "reference"]
     if wrapped:
         lines.append(f"Below {_size_words(LARGE)} elements auto runs NumPy/SciPy's own code; "
                      f"the call through fastmath added {np.median(wrapped):.2f} us (median of "
                      f"{len(wrapped)} cells).")
-    counts = {v: [r for r in rows if r["verdict"] == v] for v in ("yes", "noisy", "NO")}
-    lines.append(f"auto met its bound in {len(counts['yes'])} of {len(rows)} cells"
-                 + (f"; {len(counts['noisy'])} too noisy to tell (the rounds disagreed: "
-                    "rerun when `uptime` shows a lower load)" if counts["noisy"] else "")
-                 + (f"; {len(counts['NO'])} missed it in every round: "
-                    + ", ".join(f"{r['function']} {r['dtype']} {r['label']}"
-                                for r in counts["NO"]) if counts["NO"] else "") + ".")
+    lines.append(_bound_line(rows))
     lines.append(plot_note)
     return "\n".join(lines)
+
+
+_TITLES = {"faster": "faster in every round", "same": "about the same (within 10%)",
+           "slower": "slower in every round",
+           "noisy": "too noisy to tell (the rounds disagreed)"}
+
+
+def _large_lines(rows):
+    """The speedups at the largest 1-D size (and of 2-D logsumexp), grouped by verdict."""
+    flat = [r for r in rows if len(r["shape"]) == 1]
+    biggest = max((r["shape"][0] for r in flat), default=0)
+    big = [r for r in rows if (len(r["shape"]) > 1 or r["shape"][0] == biggest)
+           and int(np.prod(r["shape"])) >= LARGE]
+    if not big:
+        return []
+    two_d = any(len(r["shape"]) > 1 for r in big)
+    lines = [f"At {_size_words(biggest)} elements"
+             + (" (and logsumexp on the 2-D array)" if two_d else "")
+             + ", fastmath's default against calling NumPy/SciPy directly:"]
+    for word, title in _TITLES.items():
+        members = [r for r in big if r["speedup_word"] == word]
+        if members:
+            lines.append(f"  {title}: " + ", ".join(_cell_words(r, word) for r in members))
+    return lines
+
+
+def _cell_words(r, word):
+    label = f" {r['label']}" if len(r["shape"]) > 1 else ""
+    if word == "noisy":
+        low, high = r["speedup_range"]
+        return f"{r['function']} {r['dtype']}{label} ({low:.1f}-{high:.1f}x)"
+    return f"{r['function']} {r['dtype']}{label} {r['speedup']:.1f}x"
+
+
+def _bound_line(rows):
+    counts = {v: [r for r in rows if r["verdict"] == v] for v in ("yes", "noisy", "NO")}
+    line = f"auto met its bound in {len(counts['yes'])} of {len(rows)} cells"
+    if counts["noisy"]:
+        line += (f"; {len(counts['noisy'])} too noisy to tell (the rounds disagreed: "
+                 "rerun when `uptime` shows a lower load)")
+    if counts["NO"]:
+        line += (f"; {len(counts['NO'])} missed it in every round: "
+                 + ", ".join(f"{r['function']} {r['dtype']} {r['label']}" for r in counts["NO"]))
+    return line + "."
 
 
 def plot(result, path, title=None) -> None:
