@@ -157,7 +157,10 @@ class _Contention:
     """
 
     LOST = 0.9  # wall time over CPU time beyond which a split call lost (2 free cores: ~0.55)
-    FIRST, MOST = 8, 256
+    # One lost call is often a passing thing (the pool's first start, another library's
+    # threads spinning down, a fresh output's page faults): a pause of one call costs
+    # little if the cores are free after all, and repeated losses double it quickly.
+    FIRST, MOST = 1, 256
 
     def __init__(self):
         self.skip = self.FIRST

@@ -9,6 +9,8 @@ import pytest
 
 import fastmath
 from fastmath.dispatch import _parallel
+
+
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
     if _parallel.threads() < 2:
