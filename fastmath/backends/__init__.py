@@ -76,6 +76,19 @@ def get(name: str):
     return backend
 
 
+def load_once(namespace: dict, name: str, lock, load):
+    """``namespace[name]``, set by ``load()`` the first time: many threads' first calls
+    give one import and one configuration, and none sees the library before it is
+    configured (rule 1's import, done safely)."""
+    value = namespace[name]
+    if value is None:
+        with lock:
+            value = namespace[name]
+            if value is None:
+                value = namespace[name] = load()
+    return value
+
+
 def why_unavailable(name: str):
     """None if backend ``name`` can run here, else the reason it cannot."""
     return get(name).why_unavailable()

@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from ..dispatch import _config
-from . import UNCHECKED
+from . import UNCHECKED, load_once
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ne = None
@@ -29,17 +29,16 @@ _init = threading.Lock()
 
 
 def _import_numexpr():
-    global _ne
-    if _ne is None:
-        with _init:
-            if _ne is None:
-                import numexpr
+    return load_once(globals(), "_ne", _init, _configured)
 
-                # numexpr's set_num_threads restarts its pool, and hangs if another
-                # thread is evaluating meanwhile: kernels see the module only once set
-                _threads(numexpr)
-                _ne = numexpr
-    return _ne
+
+def _configured():
+    import numexpr
+
+    # numexpr's set_num_threads restarts its pool, and hangs if another thread is
+    # evaluating meanwhile: kernels see the module only once it is set
+    _threads(numexpr)
+    return numexpr
 
 
 def _threads(ne):

@@ -71,14 +71,16 @@ def read(environ=None) -> Config:
     sources = {k: v for k, v in env.items() if k.startswith("FASTMATH_") and v.strip()}
     env = sources
 
-    raw = env.get("FASTMATH_BACKEND")
-    if raw is not None:
-        name = canonical(raw)
-        if name in BACKEND_NAMES:
-            kw["backend"] = name
+    def choose(var, key, valid, problem, fallback):
+        raw = env.get(var)
+        if raw is None:
+            return
+        if canonical(raw) in valid:
+            kw[key] = canonical(raw)
         else:
-            _warn("FASTMATH_BACKEND", raw, "is not a backend",
-                  f"using 'auto'. Valid choices: {', '.join(BACKEND_NAMES)}")
+            _warn(var, raw, problem, f"{fallback}. Valid choices: {', '.join(valid)}")
+
+    choose("FASTMATH_BACKEND", "backend", BACKEND_NAMES, "is not a backend", "using 'auto'")
 
     raw = env.get("FASTMATH_NUM_THREADS")
     if raw is not None:
@@ -105,14 +107,7 @@ def read(environ=None) -> Config:
     if raw:
         kw["calibration"] = os.path.expanduser(raw.strip())
 
-    raw = env.get("FASTMATH_LOG")
-    if raw:
-        level = canonical(raw)
-        if level in LOG_LEVELS:
-            kw["log"] = level
-        else:
-            _warn("FASTMATH_LOG", raw, "is not a logging level",
-                  f"no log is written. Valid choices: {', '.join(LOG_LEVELS)}")
+    choose("FASTMATH_LOG", "log", LOG_LEVELS, "is not a logging level", "no log is written")
 
     raw = env.get("FASTMATH_CUDA_MEMORY")
     if raw:

@@ -141,13 +141,7 @@ class backend:
     Parameters
     ----------
     name : str
-        ``"auto"`` or a backend: ``"numpy"``, ``"numexpr"``, ``"mkl"``, ``"torch-cpu"``,
-        ``"torch-cuda"`` (``available_backends()`` says which run here).
-
-    Raises
-    ------
-    ValueError
-        For an unknown name, or a backend that cannot run on this machine.
+        As for ``set_backend``; ValueError as there.
 
     Examples
     --------
