@@ -161,6 +161,9 @@ class _Contention:
     # threads spinning down, a fresh output's page faults): a pause of one call costs
     # little if the cores are free after all, and repeated losses double it quickly.
     FIRST, MOST = 1, 256
+    # A helper's wake-up takes up to ~0.1 ms on a VM: a short call that waited for it has
+    # not met a busy core, and judging it so kept later large calls in one piece too.
+    WAKE = 2e-4
 
     def __init__(self):
         self.skip = self.FIRST
@@ -173,7 +176,7 @@ class _Contention:
         return True
 
     def record(self, wall, cpu):
-        if wall > self.LOST * cpu:
+        if wall > self.LOST * cpu + self.WAKE:
             self.left = self.skip
             self.skip = min(2 * self.skip, self.MOST)
         else:  # halved, not reset: one lucky call on a busy machine is no all-clear
