@@ -135,11 +135,6 @@ def _lse_operands(a, b, keepdims):
     return xa, xb, dtype, chain
 
 
-# the finite-input fast path is NumPy's computation of SciPy's formula, bitwise SciPy's: it
-# serves auto below its crossovers and the numpy backend, whose kernels are NumPy's own
-_FINITE_PATH = ("auto", "numpy")
-
-
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """Compute the log of the sum of exponentials of input elements.
 
@@ -175,7 +170,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     (np.float64(1.5413248546129181), np.float64(-1.0))
     """
     if (b is None and not return_sign and type(a) is np.ndarray and a.dtype in _FLOATS
-            and type(keepdims) is bool and _selection.current() in _FINITE_PATH
+            and type(keepdims) is bool and _selection.current() == "auto"
             and np.geterr()["under"] == "ignore"):
         out = lse_finite(a, axis, keepdims)  # None unless SciPy's edge cases cannot arise
         if out is not None:
