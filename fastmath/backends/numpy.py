@@ -228,22 +228,23 @@ def lse_partial(a, axes, b=None):
         result = [np.empty(out_shape, a.dtype) for _ in range(3)]
 
     def work(lo, hi):
-        acc = None
+        partials = []
         for start in range(lo * rows, min(hi * rows, n), rows):
             index = (slice(None),) * axis + (slice(start, min(start + rows, n)),)
             part = lse_block(a[index], axes)
             if reduced:
-                acc = part if acc is None else lse_merge(acc, part)
+                partials.append(part)
             else:
                 for dst, src in zip(result, part):
                     dst[index] = src
-        return acc
+        return partials
 
     tasks = [lambda lo=lo, hi=hi: work(lo, hi)
              for lo, hi in _parallel.bounds(nblocks, min(nthreads, nblocks))]
-    parts = _parallel.run(tasks, adaptive=True)
+    parts = [p for task in _parallel.run(tasks, adaptive=True) for p in task]
     if not reduced:
         return tuple(result)
+    # merged block by block in order, however many threads ran: the same bits every call
     acc = parts[0]
     for part in parts[1:]:
         acc = lse_merge(acc, part)

@@ -75,3 +75,17 @@ def test_kernels_in_one_piece_give_the_same_results(name):
         whole = getattr(fastmath, name)(x)
     assert _parallel.contention.left == pause - 1  # it asked once, and ran in one piece
     np.testing.assert_array_equal(whole, split)
+
+
+@pytest.mark.parametrize("axis", [None, -1, 0])
+def test_logsumexp_gives_the_same_bits_on_one_thread_and_on_the_pool(axis, monkeypatch):
+    # the back-off changes the thread count from call to call; the partial results must
+    # be merged in one order regardless, or two equal calls would differ in the last bit
+    x = np.asfortranarray(np.random.default_rng(1).uniform(0, 5, (500, 600)))[::-1]
+    got = {}
+    for threads in (1, 2, 3):
+        monkeypatch.setattr(_parallel, "threads_now", lambda t=threads: t)
+        with fastmath.backend("numpy"):
+            got[threads] = fastmath.logsumexp(x, axis=axis)
+    np.testing.assert_array_equal(got[1], got[2])
+    np.testing.assert_array_equal(got[1], got[3])
