@@ -76,7 +76,7 @@ def get(name: str):
     return backend
 
 
-def load_once(namespace: dict, name: str, lock, load):
+def _load_once(namespace: dict, name: str, lock, load):
     """``namespace[name]``, set by ``load()`` the first time: many threads' first calls
     give one import and one configuration, and none sees the library before it is
     configured (rule 1's import, done safely)."""

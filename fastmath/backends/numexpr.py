@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from ..dispatch import _config
-from . import UNCHECKED, load_once
+from . import UNCHECKED, _load_once
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ne = None
@@ -29,7 +29,7 @@ _init = threading.Lock()
 
 
 def _import_numexpr():
-    return load_once(globals(), "_ne", _init, _configured)
+    return _load_once(globals(), "_ne", _init, _configured)
 
 
 def _configured():

@@ -20,7 +20,7 @@ from .._numpy import np
 import warnings
 
 from ..dispatch import _config, _fpe, _log, _parallel
-from . import UNCHECKED, _stream, load_once
+from . import UNCHECKED, _stream, _load_once
 from ._flags import flags_possible
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -31,7 +31,7 @@ _init = threading.Lock()
 
 
 def _import_torch():
-    return load_once(globals(), "_torch", _init, _configured)
+    return _load_once(globals(), "_torch", _init, _configured)
 
 
 def _configured():
