@@ -1,6 +1,7 @@
 """Whether a kernel that keeps no FPU flags can skip the front end's search for them.
 
-Shared by the backends whose kernels cannot see NumPy's floating-point flags (torch, mkl).
+Shared by the backends whose kernels cannot see NumPy's floating-point flags (torch, mkl,
+numexpr).
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ stands in for it) and no logsumexp kernel: without Intel's VML its exp is 4-10x 
 than NumPy's SIMD exp per element, so a fused max-subtracted pass measured 2.7x slower
 than the numpy backend's blocked logsumexp at 10^6 elements, and 20x at 10^4.
 
-numexpr keeps no floating-point flags, so kernels return UNCHECKED and the front end
-derives NumPy's errors from the result.
+numexpr keeps no floating-point flags, so kernels return UNCHECKED where a flag is
+possible (backends/_flags.py) and the front end derives NumPy's errors from the result.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import numpy as np
 
 from ..dispatch import _config
 from . import UNCHECKED, _load_once
+from ._flags import flags_possible
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ne = None
@@ -65,14 +66,15 @@ class NumexprBackend:
         name = spec.kernels.get("numexpr")
         if spec.kind != "unary" or name is None or self.why_unavailable() is not None:
             return None
-        return _Unary(f"{name}(x)")
+        return _Unary(f"{name}(x)", spec.fpe)
 
 
 class _Unary:
-    __slots__ = ("expr",)
+    __slots__ = ("expr", "fpe")
 
-    def __init__(self, expr):
+    def __init__(self, expr, fpe):
         self.expr = expr
+        self.fpe = fpe  # whether NumPy's function can raise FP flags at all
 
     def __call__(self, x, out):
         # a zero stride (a broadcast input): numexpr would copy it whole; NumPy reads it
@@ -80,7 +82,7 @@ class _Unary:
                 or (0 in x.strides and x.size > 1)):
             return NotImplemented
         _ne.evaluate(self.expr, local_dict={"x": x}, out=out)
-        return UNCHECKED
+        return UNCHECKED if self.fpe and flags_possible(out) else 0
 
 
 _config.on_reload(_set_threads)
