@@ -24,7 +24,7 @@ def flags_possible(out) -> bool:
     modes = _fpe.error_modes()
     if not _fpe.watched(True, modes) or out.size == 0:
         return False
-    if modes["under"] != "ignore":
+    if _fpe.underflow_matters(modes):
         return True
     with np.errstate(over="ignore", invalid="ignore"):
         return not math.isfinite(np.add.reduce(out, axis=None))

@@ -130,10 +130,16 @@ def derive(ref, ins, out) -> int:
     return recorded(ref, *(np.broadcast_to(x, out.shape)[suspect] for x in ins))
 
 
+def underflow_matters(modes) -> bool:
+    """Whether an underflow must be found: watched itself, or reported with the others to
+    an ``errstate(call=...)`` callback, which NumPy hands every flag raised."""
+    return modes["under"] != "ignore" or "call" in modes.values()
+
+
 def suspects(ins, out):
     """The mask of elements whose FP flags matter under the current error state, or None."""
     modes = error_modes()
-    under = modes["under"] != "ignore"
+    under = underflow_matters(modes)
     if not watched(under, modes):
         return None
     finite = np.isfinite(out)

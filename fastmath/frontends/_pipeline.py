@@ -215,7 +215,14 @@ def _prepare(f, ops, o, dtype, casting):
         if type(t) is type:  # a weak Python scalar takes the loop's dtype
             if dt.kind not in "fc":
                 return None  # integer loops: NumPy checks the value's range
-            a = np.asarray(a, dtype=dt)
+            if dt.itemsize < 8 or (dt.kind == "c" and dt.itemsize < 16):
+                # a narrow float may overflow: NumPy reports that cast once, its own way
+                box = []
+                if _fpe.recorded(lambda: box.append(np.asarray(a, dtype=dt))) and _fpe.watched():
+                    return None
+                a = box[0]
+            else:
+                a = np.asarray(a, dtype=dt)
         elif a.dtype.kind not in _NUMERIC or dt.kind not in _NUMERIC or (
                 a.dtype != dt and not np.can_cast(a.dtype, dt, casting)):
             return None

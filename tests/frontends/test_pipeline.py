@@ -408,3 +408,50 @@ def test_numpys_own_ufuncs_are_found_among_the_patched_names():
             assert uf in expected
         assert umath.exp not in expected
         assert np.log is not umath.log
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", [r for r in BINARY if r.ref.startswith("numpy:")],
+                         ids=lambda s: s.name)
+@pytest.mark.parametrize("bad_out", [False, True])
+def test_a_python_scalar_that_overflows_its_loop_dtype_is_reported_once(spec, backend, bad_out):
+    # 70000 does not fit float16: NumPy reports that cast once, also when it then raises for
+    # an out= it cannot cast to; fastmath used to cast it too, and report it twice
+    def run(fn):
+        calls = []
+        kw = {"dtype": np.float16}
+        if bad_out:
+            kw["out"] = np.full((), 7, dtype=np.int64)
+        with np.errstate(all="call", call=lambda kind, flags: calls.append((kind, flags))):
+            try:
+                result = fn(np.int32(3), 70000, **kw)
+            except Exception as e:  # noqa: BLE001 - compared below
+                result = type(e)
+        return result, calls
+
+    with fastmath.backend(backend):
+        got = run(getattr(fastmath, spec.name))
+    expected = run(spec.reference())
+    assert got[1] == expected[1]
+    if isinstance(expected[0], type):
+        assert got[0] is expected[0]
+    else:
+        np.testing.assert_array_equal(got[0], expected[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_call_callback_gets_every_flag_raised_even_ignored_ones(backend):
+    # NumPy hands an errstate(call=...) callback the whole flag set: exp(-100) in float32
+    # underflows beside exp(100)'s overflow, and the callback sees both (6), though only
+    # overflow is set to call; backends that keep no flags must find the underflow too
+    x = np.tile(np.array([-100.0, 100.0], dtype=np.float32), 200_000)
+
+    def calls(fn):
+        seen = []
+        with np.errstate(over="call", under="ignore", call=lambda k, f: seen.append((k, f))):
+            fn(x)
+        return seen
+
+    with fastmath.backend(backend):
+        got = calls(fastmath.exp)
+    assert got == calls(np.exp) == [("overflow", 6)]
