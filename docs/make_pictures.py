@@ -55,18 +55,29 @@ ARROWS = [("user", "fe", (1, .5), (0, .5), ""),
           *[("fe", b, (1, .5), (0, .5), "") for b in ("np", "torch", "ne", "ref")]]
 
 
-def architecture():
-    fig, ax = plt.subplots(figsize=(10, 5.2))
-    ax.set_axis_off()
+def _boxes(ax, specs, shaded):
+    """A rounded text box per ``{key: (x, y, text)}``; the ``shaded`` keys in blue."""
     boxes = {}
-    for key, (x, y, text) in BOXES.items():
-        face = "#e8f0fe" if key in ("fe", "sel", "reg") else "#f5f5f5"
+    for key, (x, y, text) in specs.items():
+        face = "#e8f0fe" if key in shaded else "#f5f5f5"
         t = ax.text(x, y, text, ha="center", va="center", fontsize=8.5,
                     bbox=dict(boxstyle="round,pad=0.5", facecolor=face, edgecolor="#555"))
         boxes[key] = t.get_bbox_patch()
+    return boxes
+
+
+def _arrow(ax, a, b, start, end):
+    """An arrow from box ``a`` to box ``b``, leaving and landing at fractions of each."""
+    ax.annotate("", xy=end, xycoords=b, xytext=start, textcoords=a,
+                arrowprops=dict(arrowstyle="->", color="#333", shrinkA=2, shrinkB=2))
+
+
+def architecture():
+    fig, ax = plt.subplots(figsize=(10, 5.2))
+    ax.set_axis_off()
+    boxes = _boxes(ax, BOXES, shaded=("fe", "sel", "reg"))
     for a, b, start, end, label in ARROWS:
-        ax.annotate("", xy=end, xycoords=boxes[b], xytext=start, textcoords=boxes[a],
-                    arrowprops=dict(arrowstyle="->", color="#333", shrinkA=2, shrinkB=2))
+        _arrow(ax, boxes[a], boxes[b], start, end)
         if label:
             left = start[0] > .5
             # beside its arrow, in the gap below the front end
@@ -102,17 +113,10 @@ USES = [("tools", "disp"), ("int", "disp"), ("fe", "disp"), ("disp", "be"),
 def layout():
     fig, ax = plt.subplots(figsize=(10, 5.6))
     ax.set_axis_off()
-    boxes = {}
-    for key, (x, y, text) in PACKAGES.items():
-        t = ax.text(x, y, text, ha="center", va="center", fontsize=8.5,
-                    bbox=dict(boxstyle="round,pad=0.5",
-                              facecolor="#e8f0fe" if key != "top" else "#f5f5f5", edgecolor="#555"))
-        boxes[key] = t.get_bbox_patch()
+    boxes = _boxes(ax, PACKAGES, shaded=[k for k in PACKAGES if k != "top"])
     for a, b in USES:
         down = PACKAGES[a][1] > PACKAGES[b][1]
-        ax.annotate("", xy=(.5, 1) if down else (0, .5), xycoords=boxes[b],
-                    xytext=(.5, 0) if down else (1, .5), textcoords=boxes[a],
-                    arrowprops=dict(arrowstyle="->", color="#333", shrinkA=2, shrinkB=2))
+        _arrow(ax, boxes[a], boxes[b], (.5, 0) if down else (1, .5), (.5, 1) if down else (0, .5))
     ax.set_title("Where the code lives: each arrow reads \"imports\"; the namespace builds on all",
                  fontsize=10)
     fig.tight_layout()
