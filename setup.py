@@ -1,8 +1,10 @@
-"""Build steps pyproject.toml cannot declare: the optional C extension fastmath.integrations._loops (the
-loop mode of fastmath.patch) and the FASTMATH_PATCH start-up hook.
+"""Build steps pyproject.toml cannot declare: the optional C extensions fastmath.integrations._loops (the
+loop mode of fastmath.patch) and fastmath.backends._lse_kernel (logsumexp of small arrays), and
+the FASTMATH_PATCH start-up hook.
 
-The extension is optional: without a C compiler (or NumPy's headers) the package installs
-all the same, and ``fastmath.patch(mode="loops")`` says why the mode is unavailable.
+The extensions are optional: without a C compiler (or NumPy's headers) the package installs
+all the same, ``fastmath.patch(mode="loops")`` says why the mode is unavailable, and
+logsumexp takes its Python path.
 ``fastmath-startup.pth`` must sit in site-packages itself (Python's site module reads .pth
 files only there), for ordinary and for editable installs alike.
 """
@@ -80,6 +82,9 @@ except ImportError:  # setuptools without PEP 660 editable wheels
 
 setup(
     ext_modules=[_Extension("fastmath.integrations._loops", ["fastmath/integrations/_loops.c"], optional=True,
-                            extra_compile_args=["-O2", "-std=c11"])],
+                            extra_compile_args=["-O2", "-std=c11"]),
+                 # logsumexp of small arrays in one call (fastmath/backends/_lse_kernel.c)
+                 _Extension("fastmath.backends._lse_kernel", ["fastmath/backends/_lse_kernel.c"],
+                            optional=True, extra_compile_args=["-O3", "-std=c11"])],
     cmdclass=cmdclass,
 )

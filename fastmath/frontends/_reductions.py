@@ -18,12 +18,26 @@ from . import _pipeline, _ufunc
 from ..integrations import _dask
 from .._registry import BY_NAME
 from ..backends import UNCHECKED
-from ..backends._lse import lse_finite
+from ..backends._lse import lse_finite, small_kernel
 
 _SPEC = BY_NAME["logsumexp"]
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ARRAYS = (np.ndarray, list, tuple, float, int)
 _ref = None
+
+
+def _first_small(a, axis, keepdims):
+    """The compiled kernel's first call: look for it (and check it) once."""
+    global _small
+    _small = small_kernel() or _no_kernel
+    return _small(a, axis, keepdims)
+
+
+def _no_kernel(a, axis, keepdims):
+    return None
+
+
+_small = _first_small
 
 
 def _reference():
@@ -169,12 +183,17 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     >>> fastmath.logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -1.0]), return_sign=True)
     (np.float64(1.5413248546129181), np.float64(-1.0))
     """
-    if (b is None and not return_sign and type(a) is np.ndarray and a.dtype in _FLOATS
-            and type(keepdims) is bool and _selection.current() == "auto"
-            and np.geterr()["under"] == "ignore"):
-        out = lse_finite(a, axis, keepdims)  # None unless SciPy's edge cases cannot arise
-        if out is not None:
-            return out
+    if (b is None and not return_sign and type(a) is np.ndarray and type(keepdims) is bool
+            and _selection.current() == "auto"):
+        # None unless SciPy's edge cases cannot arise; the error state matters only where
+        # SciPy's exp could underflow
+        done = _small(a, axis, keepdims)
+        if done is not None and (not done[1] or np.geterr()["under"] == "ignore"):
+            return done[0]
+        if a.dtype in _FLOATS and np.geterr()["under"] == "ignore":
+            out = lse_finite(a, axis, keepdims)
+            if out is not None:
+                return out
     ref = _reference()
 
     def reference():
