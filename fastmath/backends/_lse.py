@@ -118,13 +118,21 @@ def _lse_flat(a):
 def _samples():
     rng = np.random.default_rng(20240613)
     for dtype in (np.float32, np.float64):
-        for n in (1, 2, 7, 8, 9, 127, 128, 129, 1000, 5000, 9001):
-            a = rng.normal(scale=30, size=n).astype(dtype)
-            yield a, None
-            a[::3] = a.max()  # ties: m > 1
+        for n in (1, 2, 7, 8, 9, 127, 128, 129, 1000, 2049, 4097, 5000, 9001, 30001):
+            # one maximum, at 0, and a small sum s of the others' terms: the result is
+            # log1p(s), close to s, which shows the last bits of s (a result far from 0
+            # hides them); even so a sum in another order may round the same, hence
+            # several draws
+            for _ in range(3):
+                a = (-np.abs(rng.normal(scale=3, size=n)) - 5 - np.log(n)).astype(dtype)
+                a[n // 2] = 0
+                yield a, None
+            a[::3] = 0  # ties: m > 1
             yield a, None
         for shape in ((40, 9), (3, 700), (2, 9001)):
-            yield rng.normal(scale=30, size=shape).astype(dtype), -1
+            a = (-np.abs(rng.normal(scale=3, size=shape)) - 5 - np.log(shape[1])).astype(dtype)
+            a[:, 1] = 0
+            yield a, -1
 
 
 def agrees(kernel) -> bool:
