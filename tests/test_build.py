@@ -1,4 +1,5 @@
-"""Installing without a C compiler: the package installs, the loop mode says why it cannot run."""
+"""Installing without a C compiler: the package installs, the loop mode says why it cannot run,
+logsumexp takes its Python path."""
 import os
 import shutil
 import subprocess
@@ -36,6 +37,30 @@ def test_without_the_extension_the_loop_mode_says_why():
     assert "fastmath.integrations._loops extension is not built" in lines[0], r.stderr
     assert lines[1].startswith("RAISED fastmath.patch(mode='loops') is unavailable: ")
     assert "pip install" in lines[1] and lines[2] == "FUNCTIONS True"
+
+
+def test_without_the_lse_kernel_logsumexp_is_scipys_all_the_same():
+    # fastmath.backends._lse_kernel made unimportable, as in an installation built without a compiler
+    code = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name == "fastmath.backends._lse_kernel":
+                    raise ImportError("no module named fastmath.backends._lse_kernel")
+        sys.meta_path.insert(0, Block())
+        import numpy as np, scipy.special, fastmath
+        from fastmath.backends import _lse
+        rng = np.random.default_rng(0)
+        same = []
+        for a, axis in [(rng.normal(size=1000), None), (rng.normal(size=(50, 70)), -1),
+                        (rng.normal(size=3000).astype(np.float32), None)]:
+            got, want = fastmath.logsumexp(a, axis), scipy.special.logsumexp(a, axis)
+            same.append(type(got) is type(want) and got.tobytes() == want.tobytes())
+        print(_lse.small_kernel(), all(same))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.stdout.split() == ["None", "True"], r.stderr
 
 
 @pytest.mark.slow
