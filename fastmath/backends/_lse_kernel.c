@@ -5,8 +5,8 @@
  * fastmath's Python fast path (backends/_lse.py, lse_finite) runs those steps as about ten
  * NumPy calls, each with its ufunc overhead, which at 10^3 elements costs more than the
  * arithmetic. Here the same steps run in one call, and every step that rounds is NumPy's
- * own inner loop (ufunc->functions[i], the loop NumPy's call runs): exp, log1p and log,
- * maximum and minimum, and the sum through add's loop with a reduction's strides, started
+ * own inner loop (ufunc->functions[i], the loop NumPy's call runs): exp, log1p, log and
+ * maximum, and the sum through add's loop with a reduction's strides, started
  * from add's identity 0 as NumPy's reduction starts it, which is NumPy's pairwise sum. The
  * subtraction and the division are single IEEE operations in C as in NumPy. So the result
  * is the fast path's, bit for bit; the Python side checks that once before using this.
@@ -37,8 +37,8 @@ typedef struct {
     void *data;
 } Loop;
 
-enum { EXP, LOG, LOG1P, ADD, MAXIMUM, MINIMUM, NLOOPS };
-static const char *loop_names[NLOOPS] = {"exp", "log", "log1p", "add", "maximum", "minimum"};
+enum { EXP, LOG, LOG1P, ADD, MAXIMUM, NLOOPS };
+static const char *loop_names[NLOOPS] = {"exp", "log", "log1p", "add", "maximum"};
 /* [0]: float32, [1]: float64 */
 static Loop loops[2][NLOOPS];
 
@@ -66,7 +66,7 @@ static inline void reduce(const Loop *lp, char *acc, char *in, npy_intp n, npy_i
 
 /* Where the compiler can, the one loop of ours is built for the widest vector unit this
  * CPU has, as NumPy's own loops are (they dispatch at run time too). */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define WIDEST __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
@@ -76,33 +76,39 @@ static inline void reduce(const Loop *lp, char *acc, char *in, npy_intp n, npy_i
 #endif
 
 /* e[i] = a[i] - m, with SciPy's a[i_max] = -inf (so the maxima's terms are zero once
- * exponentiated); returns the number of maxima */
-#define DEFINE_SHIFT(T, NAME)                                                              \
-    WIDEST static npy_intp NAME(const T *restrict a, npy_intp n, T m, T *restrict e)    \
+ * exponentiated); returns the number of maxima. *low is set where some a[i] < EXP_MIN:
+ * below it exp(a[i]) is subnormal or zero, so SciPy's plain exp(a) underflows. */
+#define DEFINE_SHIFT(T, NAME, EXP_MIN)                                                     \
+    WIDEST static npy_intp NAME(const T *restrict a, npy_intp n, T m, T *restrict e,    \
+                                int *low)                                               \
     {                                                                                   \
         npy_intp c = 0;                                                                 \
+        int l = 0;                                                                      \
         for (npy_intp i = 0; i < n; i++) {                                              \
             T d = a[i] - m;                                                             \
             c += d == 0;                                                                \
+            l |= a[i] < EXP_MIN;                                                        \
             e[i] = d == 0 ? (T)-INFINITY : d;                                           \
         }                                                                               \
+        *low |= l;                                                                      \
         return c;                                                                       \
     }
 
-DEFINE_SHIFT(float, shift_f)
-DEFINE_SHIFT(double, shift_d)
+DEFINE_SHIFT(float, shift_f, -87.0f)
+DEFINE_SHIFT(double, shift_d, -708.0)
 
-#define DEFINE_LSE(T, NAME, SHIFT, EXP_MIN)                                                \
-    static T NAME##_sum(const Loop *lp, const T *a, npy_intp n, T m, T *e, npy_intp *count) \
+#define DEFINE_LSE(T, NAME, SHIFT)                                                         \
+    static T NAME##_sum(const Loop *lp, const T *a, npy_intp n, T m, T *e, npy_intp *count, \
+                        int *low)                                                       \
     {                                                                                   \
         if (n > (npy_intp)(CHUNK_BYTES / sizeof(T))) {                                  \
             npy_intp half = n / 2;                                                      \
             half -= half % 8;                                                           \
-            T left = NAME##_sum(lp, a, half, m, e, count);                              \
-            T right = NAME##_sum(lp, a + half, n - half, m, e, count);                  \
+            T left = NAME##_sum(lp, a, half, m, e, count, low);                         \
+            T right = NAME##_sum(lp, a + half, n - half, m, e, count, low);             \
             return left + right;                                                        \
         }                                                                               \
-        *count += SHIFT(a, n, m, e);                                                    \
+        *count += SHIFT(a, n, m, e, low);                                               \
         run1(&lp[EXP], (char *)e, (char *)e, n, sizeof(T));                             \
         T s = 0; /* add's identity, where NumPy's sum starts */                         \
         reduce(&lp[ADD], (char *)&s, (char *)e, n, sizeof(T));                          \
@@ -117,19 +123,18 @@ DEFINE_SHIFT(double, shift_d)
                     T *scratch, T *out, int *under)                                     \
     {                                                                                   \
         const npy_intp chunk = CHUNK_BYTES / sizeof(T);                                 \
-        T *e = scratch, *cnt = scratch + chunk, *q = cnt + rows, *M = out, least = 0;   \
+        T *e = scratch, *cnt = scratch + chunk, *q = cnt + rows, *M = out;              \
+        int low = 0;                                                                    \
         feclearexcept(FE_ALL_EXCEPT);                                                   \
         for (npy_intp r = 0; r < rows; r++) {                                           \
             const T *row = a + r * n;                                                   \
-            T lo = M[r] = row[0];                                                       \
+            M[r] = row[0];                                                              \
             if (n > 1) {                                                                \
                 reduce(&lp[MAXIMUM], (char *)&M[r], (char *)(row + 1), n - 1, sizeof(T)); \
-                reduce(&lp[MINIMUM], (char *)&lo, (char *)(row + 1), n - 1, sizeof(T)); \
             }                                                                           \
             if (!(M[r] - M[r] == 0)) { /* NaN (maximum propagates it) or +inf */        \
                 return -1;                                                              \
             }                                                                           \
-            least = r == 0 || lo < least ? lo : least;                                  \
         }                                                                               \
         /* short rows a chunk at a time: one exp call for all of them */               \
         npy_intp per = n > chunk ? 1 : chunk / n;                                       \
@@ -137,12 +142,12 @@ DEFINE_SHIFT(double, shift_d)
             npy_intp r1 = r0 + per < rows ? r0 + per : rows, c;                         \
             if (n > chunk) {                                                            \
                 c = 0;                                                                  \
-                q[r0] = NAME##_sum(lp, a + r0 * n, n, M[r0], e, &c);                    \
+                q[r0] = NAME##_sum(lp, a + r0 * n, n, M[r0], e, &c, &low);              \
                 cnt[r0] = (T)c;                                                         \
                 continue;                                                               \
             }                                                                           \
             for (npy_intp r = r0; r < r1; r++) {                                        \
-                cnt[r] = (T)SHIFT(a + r * n, n, M[r], e + (r - r0) * n);                \
+                cnt[r] = (T)SHIFT(a + r * n, n, M[r], e + (r - r0) * n, &low);          \
             }                                                                           \
             run1(&lp[EXP], (char *)e, (char *)e, (r1 - r0) * n, sizeof(T));             \
             for (npy_intp r = r0; r < r1; r++) {                                        \
@@ -167,13 +172,12 @@ DEFINE_SHIFT(double, shift_d)
         }                                                                               \
         /* out is memory the compiler cannot keep from the flag test below */          \
         int raised = fetestexcept(BAD_FLAGS | FE_UNDERFLOW);                            \
-        *under = (raised & FE_UNDERFLOW) || least < EXP_MIN;                            \
+        *under = (raised & FE_UNDERFLOW) || low;                                        \
         return raised & BAD_FLAGS ? -1 : 0;                                             \
     }
 
-/* below these, exp(x) is subnormal or zero: SciPy's plain exp(a) underflows */
-DEFINE_LSE(float, lse_f, shift_f, -87.0f)
-DEFINE_LSE(double, lse_d, shift_d, -708.0)
+DEFINE_LSE(float, lse_f, shift_f)
+DEFINE_LSE(double, lse_d, shift_d)
 
 static PyObject *py_logsumexp(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -191,7 +195,7 @@ static PyObject *py_logsumexp(PyObject *self, PyObject *const *args, Py_ssize_t 
     npy_intp size = PyArray_SIZE(arr);
     if ((type != NPY_FLOAT && type != NPY_DOUBLE) || nd == 0 || size == 0
             || size > MAX_SIZE || !PyArray_IS_C_CONTIGUOUS(arr) || !PyArray_ISALIGNED(arr)
-            || !PyArray_ISNOTSWAPPED(arr) || loops[0][EXP].fn == NULL) {
+            || !PyArray_ISNOTSWAPPED(arr)) {
         Py_RETURN_NONE;
     }
     int flat = axis == Py_None;
@@ -220,26 +224,27 @@ static PyObject *py_logsumexp(PyObject *self, PyObject *const *args, Py_ssize_t 
             dims[ond++] = 1;
         }
     }
-    PyArrayObject *res = (PyArrayObject *)PyArray_SimpleNew(ond, dims, type);
-    if (res == NULL) {
+    /* a 0-d result becomes a NumPy scalar, as SciPy's out[()]: no array for it */
+    double single[1];
+    PyArrayObject *res = NULL;
+    if (ond > 0 && (res = (PyArrayObject *)PyArray_SimpleNew(ond, dims, type)) == NULL) {
         return NULL;
     }
+    void *out = res == NULL ? (void *)single : PyArray_DATA(res);
     size_t need = CHUNK_BYTES + (size_t)(2 * rows) * PyArray_ITEMSIZE(arr);
     double stack[(CHUNK_BYTES + STACK_BYTES) / sizeof(double)];
     void *scratch = need <= sizeof(stack) ? (void *)stack : PyMem_RawMalloc(need);
     if (scratch == NULL) {
-        Py_DECREF(res);
+        Py_XDECREF(res);
         return PyErr_NoMemory();
     }
     int under = 0, rc;
     PyThreadState *ts = size >= NOGIL_SIZE ? PyEval_SaveThread() : NULL;
     if (type == NPY_FLOAT) {
-        rc = lse_f(loops[0], PyArray_DATA(arr), rows, n, flat, scratch, PyArray_DATA(res),
-                   &under);
+        rc = lse_f(loops[0], PyArray_DATA(arr), rows, n, flat, scratch, out, &under);
     }
     else {
-        rc = lse_d(loops[1], PyArray_DATA(arr), rows, n, flat, scratch, PyArray_DATA(res),
-                   &under);
+        rc = lse_d(loops[1], PyArray_DATA(arr), rows, n, flat, scratch, out, &under);
     }
     if (ts != NULL) {
         PyEval_RestoreThread(ts);
@@ -248,13 +253,14 @@ static PyObject *py_logsumexp(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyMem_RawFree(scratch);
     }
     if (rc < 0) {
-        Py_DECREF(res);
+        Py_XDECREF(res);
         Py_RETURN_NONE;
     }
     PyObject *value = (PyObject *)res;
-    if (ond == 0) { /* a NumPy scalar, as SciPy's out[()] */
-        value = PyArray_Scalar(PyArray_DATA(res), PyArray_DESCR(res), (PyObject *)res);
-        Py_DECREF(res);
+    if (res == NULL) {
+        PyArray_Descr *descr = PyArray_DescrFromType(type);
+        value = PyArray_Scalar(single, descr, NULL);
+        Py_DECREF(descr);
         if (value == NULL) {
             return NULL;
         }
