@@ -175,6 +175,15 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     sgn : ndarray or numpy scalar
         The sign of the sum, if ``return_sign``.
 
+    Notes
+    -----
+    Without weights or ``return_sign``, a C-contiguous float32 or float64 array of at
+    most 2**18 elements, reduced over all axes or the last, takes one compiled call
+    (where the package was built with a C compiler) that runs SciPy's steps through
+    NumPy's own loops: SciPy's result bit for bit, without the cost of a dozen calls.
+    Infinities, NaNs and floating-point errors the error state watches take SciPy's
+    own route, with its warnings.
+
     Examples
     --------
     >>> import numpy as np, fastmath
