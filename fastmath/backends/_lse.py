@@ -156,8 +156,11 @@ def small_kernel():
     global _kernel
     if _kernel is False:
         try:
-            from ._lse_kernel import logsumexp as kernel
-        except ImportError:
+            from . import _lse_kernel
+            # NumPy's own ufuncs, also while fastmath.patch() has numpy.exp replaced
+            _lse_kernel.bind(np.exp, np.log, np.log1p, np.add, np.maximum)
+            kernel = _lse_kernel.logsumexp
+        except (ImportError, ValueError):
             kernel = None
         _kernel = kernel if kernel is not None and agrees(kernel) else None
     return _kernel

@@ -195,7 +195,7 @@ static PyObject *py_logsumexp(PyObject *self, PyObject *const *args, Py_ssize_t 
     npy_intp size = PyArray_SIZE(arr);
     if ((type != NPY_FLOAT && type != NPY_DOUBLE) || nd == 0 || size == 0
             || size > MAX_SIZE || !PyArray_IS_C_CONTIGUOUS(arr) || !PyArray_ISALIGNED(arr)
-            || !PyArray_ISNOTSWAPPED(arr)) {
+            || !PyArray_ISNOTSWAPPED(arr) || loops[1][EXP].fn == NULL) {
         Py_RETURN_NONE;
     }
     int flat = axis == Py_None;
@@ -268,18 +268,13 @@ static PyObject *py_logsumexp(PyObject *self, PyObject *const *args, Py_ssize_t 
     return Py_BuildValue("(NO)", value, under ? Py_True : Py_False);
 }
 
-/* The unary or binary legacy loop of `ufunc` whose every operand has type `type`. */
-static int find_loop(PyObject *numpy, const char *name, int type, Loop *out)
+/* The legacy loop of `obj`, a unary or binary ufunc, whose every operand has `type`. */
+static int find_loop(PyObject *obj, const char *name, int type, Loop *out)
 {
-    PyObject *obj = PyObject_GetAttrString(numpy, name);
-    if (obj == NULL) {
-        return -1;
-    }
-    int found = 0;
     if (strcmp(Py_TYPE(obj)->tp_name, "numpy.ufunc") == 0) {
         PyUFuncObject *uf = (PyUFuncObject *)obj;
         int nargs = uf->nin + uf->nout;
-        for (int i = 0; i < uf->ntypes && !found && uf->functions != NULL; i++) {
+        for (int i = 0; i < uf->ntypes && uf->functions != NULL; i++) {
             int same = nargs <= 3 && !uf->core_enabled;
             for (int j = 0; j < nargs && same; j++) {
                 same = uf->types[i * nargs + j] == type;
@@ -287,16 +282,33 @@ static int find_loop(PyObject *numpy, const char *name, int type, Loop *out)
             if (same && uf->functions[i] != NULL) {
                 out->fn = uf->functions[i];
                 out->data = uf->data == NULL ? NULL : uf->data[i];
-                found = 1;
+                return 0;
             }
         }
     }
-    Py_DECREF(obj);
-    if (!found) {
-        PyErr_Format(PyExc_RuntimeError, "numpy.%s has no loop for type %d", name, type);
-        return -1;
+    PyErr_Format(PyExc_ValueError, "%s: expected numpy.%s with a loop for type %d", name,
+                 name, type);
+    return -1;
+}
+
+static PyObject *py_bind(PyObject *self, PyObject *args)
+{
+    PyObject *ufuncs[NLOOPS];
+    if (!PyArg_ParseTuple(args, "OOOOO", &ufuncs[0], &ufuncs[1], &ufuncs[2], &ufuncs[3],
+                          &ufuncs[4])) {
+        return NULL;
     }
-    return 0;
+    Loop found[2][NLOOPS];
+    int types[2] = {NPY_FLOAT, NPY_DOUBLE};
+    for (int t = 0; t < 2; t++) {
+        for (int k = 0; k < NLOOPS; k++) {
+            if (find_loop(ufuncs[k], loop_names[k], types[t], &found[t][k]) < 0) {
+                return NULL;
+            }
+        }
+    }
+    memcpy(loops, found, sizeof(loops));
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -304,7 +316,11 @@ static PyMethodDef methods[] = {
      "logsumexp(a, axis, keepdims) -> (result, underflow possible) or None\n"
      "scipy.special.logsumexp(a, axis, keepdims=keepdims) of a C-contiguous float32/float64\n"
      "array of at most 2**18 finite elements, axis None or the last; None: the Python path\n"
-     "must answer (another input, or a flag SciPy would report)."},
+     "must answer (another input, a flag SciPy would report, or no loops bound yet)."},
+    {"bind", py_bind, METH_VARARGS,
+     "bind(exp, log, log1p, add, maximum): take these NumPy ufuncs' float32 and float64\n"
+     "loops (as they are now: fastmath's loop mode, if on, has put trampolines there that\n"
+     "run the very same loops)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -320,21 +336,5 @@ PyMODINIT_FUNC PyInit__lse_kernel(void)
     if (_import_array() < 0) {
         return NULL;
     }
-    PyObject *numpy = PyImport_ImportModule("numpy");
-    if (numpy == NULL) {
-        return NULL;
-    }
-    /* the loops as NumPy holds them now: fastmath's loop mode, if on, wraps them in
-     * trampolines that run these very loops */
-    int types[2] = {NPY_FLOAT, NPY_DOUBLE};
-    for (int t = 0; t < 2; t++) {
-        for (int k = 0; k < NLOOPS; k++) {
-            if (find_loop(numpy, loop_names[k], types[t], &loops[t][k]) < 0) {
-                Py_DECREF(numpy);
-                return NULL;
-            }
-        }
-    }
-    Py_DECREF(numpy);
     return PyModule_Create(&module);
 }

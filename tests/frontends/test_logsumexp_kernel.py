@@ -24,6 +24,8 @@ try:
     from fastmath.backends._lse_kernel import logsumexp as kernel
 except ImportError:  # built without a compiler: only the fallback is tested
     kernel = None
+else:
+    _lse.small_kernel()  # binds NumPy's loops
 
 needs_kernel = pytest.mark.skipif(kernel is None, reason="fastmath.backends._lse_kernel not built")
 
@@ -229,3 +231,21 @@ def test_threads_share_it():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.stdout.strip() == "True", r.stderr
+
+
+@needs_kernel
+def test_first_call_under_patch_binds_numpys_own_loops():
+    # numpy.exp is fastmath.exp while patched: the kernel must still find NumPy's loops
+    code = textwrap.dedent("""
+        import numpy, scipy.special, fastmath
+        from fastmath.frontends import _reductions
+        from fastmath.backends._lse_kernel import logsumexp as kernel
+        a = numpy.random.default_rng(0).normal(size=1000)
+        with fastmath.patch():
+            got = fastmath.logsumexp(a)
+            print(numpy.exp is fastmath.exp, _reductions._small is kernel)
+        print(got.tobytes() == scipy.special.logsumexp(a).tobytes())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.stdout.split() == ["True", "True", "True"], r.stderr
