@@ -19,26 +19,15 @@ import argparse
 import math
 import os
 import statistics
-import time
 
 import numpy as np
 import scipy.special
 
 import fastmath
 from fastmath.frontends import _reductions
+from fastmath.tools._bench import _timer
 
-
-def per_call(fn, budget=0.002):
-    """Seconds per call of ``fn``, from a batch lasting about ``budget`` seconds."""
-    n = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t = time.perf_counter() - start
-        if t >= budget:
-            return t / n
-        n *= 4 if t < budget / 4 else 2
+BATCH = 0.002  # seconds per timed batch
 
 
 def numba_peer():
@@ -64,10 +53,10 @@ def numba_peer():
             out[i] = flat(a[i])
         return out
 
-    return lambda a, axis: flat(a) if axis is None else rows(a)
+    return lambda a, axis=None: flat(a) if axis is None else rows(a)
 
 
-def numpy_peer(a, axis):
+def numpy_peer(a, axis=None):
     if axis is None:
         m = a.max()
         return m + np.log(np.sum(np.exp(a - m)))
@@ -103,7 +92,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     nb = numba_peer()
-    peers = {"numpy": numpy_peer, "scipy": lambda a, axis: scipy.special.logsumexp(a, axis)}
+    peers = {"numpy": numpy_peer, "scipy": scipy.special.logsumexp}
     if nb is not None:
         peers["numba"] = nb
     print(f"load average {os.getloadavg()}; numpy {np.__version__}, scipy {scipy.__version__}")
@@ -112,20 +101,23 @@ def main(argv=None):
           + "   fastmath/best peer  fastmath/fm-python")
     python_path = _PythonPath()
     for label, a, axis in cells(sizes):
-        calls = {"fastmath": lambda: fastmath.logsumexp(a, axis),
-                 "fm-python": lambda: fastmath.logsumexp(a, axis),
-                 **{k: (lambda f=f: f(a, axis)) for k, f in peers.items()}}
-        for name, fn in calls.items():  # compile, warm caches
-            fn()
+        calls = {"fastmath": fastmath.logsumexp, "fm-python": fastmath.logsumexp, **peers}
+        calls = {name: _timer(f, a, {"axis": axis}, BATCH) for name, f in calls.items()}
+        for name, once in calls.items():  # compile, warm caches, size the batches
+            if name == "fm-python":
+                with python_path:
+                    once()
+            else:
+                once()
         times = {n: [] for n in names}
         for r in range(args.rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
                 if name == "fm-python":
                     with python_path:
-                        times[name].append(per_call(calls[name]))
+                        times[name].append(calls[name]())
                 else:
-                    times[name].append(per_call(calls[name]))
+                    times[name].append(calls[name]())
         best = [min(times[n][r] for n in peers) for r in range(args.rounds)]
         vs_peer = statistics.median(f / b for f, b in zip(times["fastmath"], best))
         vs_py = statistics.median(f / b for f, b in zip(times["fastmath"], times["fm-python"]))

@@ -13,15 +13,25 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_without_the_extension_the_loop_mode_says_why():
-    # fastmath.integrations._loops made unimportable, as in an installation built without a compiler
-    code = textwrap.dedent("""
+def run_without(module, body):
+    """stdout of ``body`` run in a fresh interpreter where ``module`` cannot be imported, as
+    in an installation built without a compiler."""
+    code = textwrap.dedent(f"""
         import sys
         class Block:
             def find_spec(self, name, path=None, target=None):
-                if name == "fastmath.integrations._loops":
-                    raise ImportError("no module named fastmath.integrations._loops")
+                if name == {module!r}:
+                    raise ImportError("no module named " + name)
         sys.meta_path.insert(0, Block())
+    """) + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_without_the_extension_the_loop_mode_says_why():
+    out = run_without("fastmath.integrations._loops", """
         import numpy, fastmath
         print(fastmath.patch.why_unavailable())
         try:
@@ -31,23 +41,14 @@ def test_without_the_extension_the_loop_mode_says_why():
         with fastmath.patch():
             print("FUNCTIONS", numpy.exp is fastmath.exp)
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    lines = r.stdout.splitlines()
-    assert "fastmath.integrations._loops extension is not built" in lines[0], r.stderr
+    lines = out.splitlines()
+    assert "fastmath.integrations._loops extension is not built" in lines[0]
     assert lines[1].startswith("RAISED fastmath.patch(mode='loops') is unavailable: ")
     assert "pip install" in lines[1] and lines[2] == "FUNCTIONS True"
 
 
 def test_without_the_lse_kernel_logsumexp_is_scipys_all_the_same():
-    # fastmath.backends._lse_kernel made unimportable, as in an installation built without a compiler
-    code = textwrap.dedent("""
-        import sys
-        class Block:
-            def find_spec(self, name, path=None, target=None):
-                if name == "fastmath.backends._lse_kernel":
-                    raise ImportError("no module named fastmath.backends._lse_kernel")
-        sys.meta_path.insert(0, Block())
+    out = run_without("fastmath.backends._lse_kernel", """
         import numpy as np, scipy.special, fastmath
         from fastmath.backends import _lse
         rng = np.random.default_rng(0)
@@ -58,9 +59,7 @@ def test_without_the_lse_kernel_logsumexp_is_scipys_all_the_same():
             same.append(type(got) is type(want) and got.tobytes() == want.tobytes())
         print(_lse.small_kernel(), all(same))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert r.stdout.split() == ["None", "True"], r.stderr
+    assert out.split() == ["None", "True"]
 
 
 @pytest.mark.slow

@@ -67,6 +67,28 @@ def same_as_scipy(a, axis=None, keepdims=False, raw=True):
     np.testing.assert_array_equal(a, before)
 
 
+def outcome(f, a, axis, errstate):
+    """f(a, axis)'s result (or its FloatingPointError's text) and its warnings' texts."""
+    with np.errstate(**errstate), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            result = f(a, axis)
+        except FloatingPointError as e:
+            return str(e), None
+    return result, [str(x.message) for x in w]
+
+
+def same_outcome(a, axis=None, **errstate):
+    """fastmath's result, warnings and errors are SciPy's."""
+    expected, expected_w = outcome(scipy.special.logsumexp, a, axis, errstate)
+    got, got_w = outcome(fastmath.logsumexp, a, axis, errstate)
+    assert got_w == expected_w
+    if expected_w is None:
+        assert got == expected
+    else:
+        assert_same(got, expected)
+
+
 @needs_kernel
 def test_the_built_kernel_is_in_use():
     # a kernel the self-check rejects would leave every other test here passing on the
@@ -129,14 +151,8 @@ def test_nan_and_inf_anywhere_are_declined(special, path):
         if kernel is not None:
             assert kernel(a, None, False) is None
             assert kernel(a.reshape(1, -1), -1, False) is None
-        with warnings.catch_warnings(record=True) as ref_w:
-            warnings.simplefilter("always")
-            expected = scipy.special.logsumexp(a)
-        with warnings.catch_warnings(record=True) as got_w:
-            warnings.simplefilter("always")
-            got = fastmath.logsumexp(a)
-        assert_same(got, expected)
-        assert [str(w.message) for w in got_w] == [str(w.message) for w in ref_w]
+        same_outcome(a)
+        same_outcome(a.reshape(1, -1), -1)
 
 
 def test_minus_inf_entries(path):
@@ -153,22 +169,12 @@ def test_minus_inf_entries(path):
 def test_a_watched_underflow_is_scipys(dtype, low, path):
     # SciPy's plain exp(a) underflows although exp(a - max) does not
     a = np.array([low, low - 0.5], dtype)
-    with np.errstate(under="raise"):
-        with pytest.raises(FloatingPointError):
-            scipy.special.logsumexp(a)
-        with pytest.raises(FloatingPointError):
-            fastmath.logsumexp(a)
-        b = np.linspace(-3, 3, 1000).astype(dtype)  # no underflow anywhere: no error either
-        assert_same(fastmath.logsumexp(b), scipy.special.logsumexp(b))
-    with np.errstate(under="warn"):
-        with warnings.catch_warnings(record=True) as ref_w:
-            warnings.simplefilter("always")
-            expected = scipy.special.logsumexp(a)
-        with warnings.catch_warnings(record=True) as got_w:
-            warnings.simplefilter("always")
-            got = fastmath.logsumexp(a)
-    assert_same(got, expected)
-    assert [str(w.message) for w in got_w] == [str(w.message) for w in ref_w]
+    with np.errstate(under="raise"), pytest.raises(FloatingPointError):
+        fastmath.logsumexp(a)
+    for under in ("raise", "warn", "ignore"):
+        same_outcome(a, under=under)
+        # no underflow anywhere: no error either
+        same_outcome(np.linspace(-3, 3, 1000).astype(dtype), under=under)
     if kernel is not None:
         assert kernel(a, None, False)[1]
         assert not kernel(a - low, None, False)[1]
@@ -181,19 +187,7 @@ def test_an_overflow_is_declined_with_scipys_warning(over, path):
                     (np.array([[1.0, 2.0], [-3e38, 3e38]], np.float32), -1)):
         if kernel is not None:
             assert kernel(a, axis, False) is None
-        outcomes = []
-        for f in (scipy.special.logsumexp, fastmath.logsumexp):
-            with np.errstate(over=over), warnings.catch_warnings(record=True) as w:
-                warnings.simplefilter("always")
-                try:
-                    outcomes.append((f(a, axis), [str(x.message) for x in w]))
-                except FloatingPointError as e:
-                    outcomes.append((str(e), None))
-        if outcomes[0][1] is None:
-            assert outcomes[1] == outcomes[0]
-        else:
-            assert_same(outcomes[1][0], outcomes[0][0])
-            assert outcomes[1][1] == outcomes[0][1]
+        same_outcome(a, axis, over=over)
 
 
 @needs_kernel
