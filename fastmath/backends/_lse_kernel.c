@@ -24,6 +24,7 @@
 #include <numpy/ufuncobject.h>
 
 #include <fenv.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -298,6 +299,11 @@ static PyObject *py_bind(PyObject *self, PyObject *args)
                           &ufuncs[4])) {
         return NULL;
     }
+#if FLT_EVAL_METHOD != 0
+    /* our additions and divisions would round in a wider type than NumPy's (x87) */
+    PyErr_SetString(PyExc_ValueError, "float arithmetic here is not IEEE single/double");
+    return NULL;
+#endif
     Loop found[2][NLOOPS];
     int types[2] = {NPY_FLOAT, NPY_DOUBLE};
     for (int t = 0; t < 2; t++) {
