@@ -228,17 +228,23 @@ def test_threads_share_it():
 
 
 @needs_kernel
-def test_first_call_under_patch_binds_numpys_own_loops():
-    # numpy.exp is fastmath.exp while patched: the kernel must still find NumPy's loops
-    code = textwrap.dedent("""
+@pytest.mark.parametrize("mode", ["functions", "loops"])
+def test_first_call_under_patch_binds_numpys_own_loops(mode):
+    # numpy.exp is fastmath.exp while patched, and the loop mode puts trampolines in
+    # NumPy's loop slots: the kernel must still run NumPy's loops
+    if mode == "loops" and fastmath.patch.why_unavailable():
+        pytest.skip(fastmath.patch.why_unavailable())
+    code = textwrap.dedent(f"""
         import numpy, scipy.special, fastmath
         from fastmath.frontends import _reductions
         from fastmath.backends._lse_kernel import logsumexp as kernel
-        a = numpy.random.default_rng(0).normal(size=1000)
-        with fastmath.patch():
-            got = fastmath.logsumexp(a)
-            print(numpy.exp is fastmath.exp, _reductions._small is kernel)
-        print(got.tobytes() == scipy.special.logsumexp(a).tobytes())
+        rng = numpy.random.default_rng(0)
+        arrays = [rng.normal(size=n) for n in (1000, 100_000, 262_144)]
+        with fastmath.patch(mode={mode!r}):
+            got = [fastmath.logsumexp(a) for a in arrays]
+            print({mode!r} == "loops" or numpy.exp is fastmath.exp, _reductions._small is kernel)
+        print(all(g.tobytes() == scipy.special.logsumexp(a).tobytes()
+                  for g, a in zip(got, arrays)))
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
