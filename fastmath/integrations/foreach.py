@@ -35,7 +35,7 @@ import time
 from .._numpy import np
 
 from .. import _registry, backends
-from ..dispatch import _alloc, _chain, _fpe, _parallel, _selection
+from ..dispatch import _alloc, _chain, _config, _fpe, _parallel, _selection
 from ._blockwise import _Log, replay as _replay
 from ..backends import HANDLED
 from ..backends.numpy import PARALLEL_MIN_BYTES
@@ -83,6 +83,7 @@ class Foreach:
         self._fn = None
         self._native = None  # the compiled path's loops, built on first use
         self._pace = _Pace()
+        self._small = 0  # _selection.small_size, looked up once (forgotten on a reload)
         # below this size the numpy backend runs the reference in one piece, as it is
         self._split_size = int(PARALLEL_MIN_BYTES / spec.cost / 16)
 
@@ -130,7 +131,7 @@ class Foreach:
         elif acting:  # new outputs, and none of the compiled path's raised anything
             for i in todo:
                 results[i] = self._one(xs[i], outs[i])
-        else:
+        elif todo:  # (the look-ups of an empty rest cost a list of small arrays 1-2%)
             self._rest(todo, xs, outs, results)
         return results
 
@@ -202,7 +203,11 @@ class Foreach:
 
     def _limit(self, sel):
         """Arrays of this size or more are left to fastmath.<name>, which splits them."""
-        return _selection.small_size(self._spec) if sel == "auto" else self._split_size
+        if sel != "auto":
+            return self._split_size
+        if not self._small:
+            self._small = _selection.small_size(self._spec)
+        return self._small
 
     def _compiled(self, xs, outs, results, sel):
         """Run NumPy's loop over the arrays it takes as they are (see the module
@@ -264,7 +269,7 @@ class Foreach:
         sel = _selection.current()
         limit = 0
         if self._spec.kind == "unary" and sel in ("numpy", "auto"):
-            limit = _selection.small_size(self._spec) if sel == "auto" else self._split_size
+            limit = self._limit(sel)
         ref = self._spec.reference()
         for i in index:
             x = xs[i]
@@ -379,6 +384,12 @@ def _native_loops(spec):
     return tuple(loops) if ok else ()
 
 
+def _forget_small():
+    for f in globals().values():
+        if isinstance(f, Foreach):
+            f._small = 0
+
+
 def _build():
     made = {}
     for spec in _registry.ROWS:
@@ -389,4 +400,5 @@ def _build():
 
 
 globals().update(_build())
+_config.on_reload(_forget_small)
 __all__ = sorted(n for n, v in globals().items() if isinstance(v, Foreach))
