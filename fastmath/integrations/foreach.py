@@ -328,7 +328,11 @@ class _Pace:
     Each call goes the way that has been faster in the last few calls each way (one
     thread's median against the pool's upper quartile, less a MARGIN: on a busy machine
     the pool is fast now and then only), and every PROBE-th call the other way, to
-    notice when the machine changes.
+    notice when the machine changes. A probe that finds its way faster than the other's
+    recent calls is repeated on the next call, and so on while it does, so that a change
+    shows within a few calls rather than KEEP probes: a process's first calls on the pool
+    are slow (its threads start, and settle on their cores), and a function timed then
+    would otherwise stay on one thread for some 200 calls.
     """
 
     PROBE = 32
@@ -339,17 +343,37 @@ class _Pace:
     def __init__(self):
         self.times = (collections.deque(maxlen=self.KEEP), collections.deque(maxlen=self.KEEP))
         self.calls = 0
+        self.preferred = None  # the way the recent calls favour; None while timing each way
+        self.again = None  # the way a probe just found faster: the next call goes it too
+
+    def _pool_wins(self, pool_time, alone_time):
+        return pool_time < self.MARGIN * alone_time
+
+    def _stats(self):
+        alone, pool = (sorted(t) for t in self.times)
+        # the pool's slow calls count: on a busy machine it is fast now and then only
+        return alone[len(alone) // 2], pool[3 * len(pool) // 4]
 
     def pool(self) -> bool:
         self.calls += 1
-        alone, pool = (sorted(t) for t in self.times)
-        if min(len(alone), len(pool)) < self.FIRST:
-            return len(pool) < len(alone)  # each way in turn (a first call is slow)
-        # the pool's slow calls count: on a busy machine it is fast now and then only
-        wins = pool[3 * len(pool) // 4] < self.MARGIN * alone[len(alone) // 2]
-        return wins != (self.calls % self.PROBE == 0)
+        if min(len(t) for t in self.times) < self.FIRST:
+            self.preferred = None
+            return len(self.times[True]) < len(self.times[False])  # each way in turn
+        alone, pool = self._stats()
+        self.preferred = self._pool_wins(pool, alone)
+        if self.again is not None:
+            way, self.again = self.again, None
+            return way
+        return self.preferred != (self.calls % self.PROBE == 0)
 
     def took(self, pool: bool, seconds_per_element: float) -> None:
+        if self.preferred is not None and pool != self.preferred:  # a probe
+            alone_time, pool_time = self._stats()
+            if pool:
+                faster = self._pool_wins(seconds_per_element, alone_time)
+            else:
+                faster = not self._pool_wins(pool_time, seconds_per_element)
+            self.again = pool if faster else None
         self.times[pool].append(seconds_per_element)
 
 

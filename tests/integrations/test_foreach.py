@@ -674,3 +674,33 @@ def test_a_reloaded_calibration_moves_where_arrays_leave_the_compiled_path(tmp_p
             monkeypatch.delenv("FASTMATH_CALIBRATION")
             _config.reload()
         assert foreach.exp._limit("auto") == default
+
+
+def test_pace_repeats_a_probe_that_finds_its_way_faster():
+    """A process's first calls on the pool are slow: once a probe finds it faster, the
+    calls go on to it at once, not after KEEP probes."""
+    pace = foreach._Pace()
+    for _ in range(2 * pace.FIRST):  # the pool's first calls slower than one thread's
+        way = pace.pool()
+        pace.took(way, 1.2e-9 if way else 1e-9)
+
+    def run(calls, pool_time):
+        picks = {}
+        for _ in range(calls):
+            way = pace.pool()
+            picks[pace.calls] = way
+            pace.took(way, pool_time if way else 1e-9)
+        return picks
+
+    picks = run(3 * pace.PROBE, 0.5e-9)  # the pool has settled: twice as fast
+    first = min(c for c, way in picks.items() if way)
+    assert first % pace.PROBE == 0  # the first probe, and from it on every call but
+    assert all(way or c % pace.PROBE == 0 for c, way in picks.items() if c >= first)
+    assert not all(picks.values())  # the probes of one thread
+    start = pace.calls
+    picks = run(3 * pace.PROBE, 3e-9)  # another process takes a core: its slow calls
+    first = min(c for c, way in picks.items() if not way)  # count at once
+    assert first <= start + 3
+    assert all(not way or c % pace.PROBE == 0 for c, way in picks.items() if c >= first)
+    # a probe that does not find its way faster is not repeated
+    assert sum(run(2 * pace.PROBE, 0.95e-9).values()) == 2
