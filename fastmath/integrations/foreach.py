@@ -328,11 +328,12 @@ class _Pace:
     Each call goes the way that has been faster in the last few calls each way (one
     thread's median against the pool's upper quartile, less a MARGIN: on a busy machine
     the pool is fast now and then only), and every PROBE-th call the other way, to
-    notice when the machine changes. A probe that finds its way faster than the other's
-    recent calls is repeated on the next call, and so on while it does, so that a change
-    shows within a few calls rather than KEEP probes: a process's first calls on the pool
-    are slow (its threads start, and settle on their cores), and a function timed then
-    would otherwise stay on one thread for some 200 calls.
+    notice when the machine changes (early on, at calls 8 and 16 too). A probe that
+    finds its way faster than the other's recent calls is repeated on the next call, and
+    so on while it does, so that a change shows within a few calls rather than KEEP
+    probes: a process's first calls on the pool are slow (its threads start, and settle
+    on their cores), and a function timed then would otherwise stay on one thread for
+    some 200 calls.
     """
 
     PROBE = 32
@@ -364,7 +365,12 @@ class _Pace:
         if self.again is not None:
             way, self.again = self.again, None
             return way
-        return self.preferred != (self.calls % self.PROBE == 0)
+        return self.preferred != self._probe(self.calls)
+
+    def _probe(self, call):
+        # early on also at calls 8 and 16: the pool settles within a few calls, and a
+        # benchmark of some 50 calls would otherwise time its first 32 on one thread
+        return call % self.PROBE == 0 or (call < self.PROBE and call & (call - 1) == 0)
 
     def took(self, pool: bool, seconds_per_element: float) -> None:
         if self.preferred is not None and pool != self.preferred:  # a probe

@@ -636,20 +636,23 @@ def test_acting_modes_in_place_act_as_a_loop_would(mode, backend):
 def test_pace_goes_the_way_measured_faster_and_probes_the_other():
     """The choice between the pool and one thread: each way once, then the one whose
     recent calls took less per element (the pool by a clear margin), the other way on
-    every PROBE-th call, and a change of machine noticed from those probes."""
+    every PROBE-th call (early on, at calls 8 and 16 too), and a change of machine
+    noticed from those probes."""
     pace = foreach._Pace()
     first = []
     for _ in range(2 * pace.FIRST):  # each way in turn, one thread first
         first.append(pace.pool())
         pace.took(first[-1], 0.95e-9 if first[-1] else 1e-9)
     assert first == [False, True] * pace.FIRST
+
+    def probes(way):  # the calls (counted from the first) that went ``way``
+        return [pace.calls for _ in range(2 * pace.PROBE) if pace.pool() == way]
+
     # the pool not clearly faster: one thread, but for the probes
-    picks = [pace.pool() for _ in range(2 * pace.PROBE)]
-    assert picks.count(True) == 2
+    assert probes(True) == [8, 16, 32, 64]
     for _ in range(pace.KEEP):  # the machine frees up: the probes find the pool faster
         pace.took(True, 0.5e-9)
-    picks = [pace.pool() for _ in range(2 * pace.PROBE)]
-    assert picks.count(False) == 2
+    assert probes(False) == [96, 128]
 
 
 def test_a_reloaded_calibration_moves_where_arrays_leave_the_compiled_path(tmp_path, monkeypatch):
@@ -694,13 +697,13 @@ def test_pace_repeats_a_probe_that_finds_its_way_faster():
 
     picks = run(3 * pace.PROBE, 0.5e-9)  # the pool has settled: twice as fast
     first = min(c for c, way in picks.items() if way)
-    assert first % pace.PROBE == 0  # the first probe, and from it on every call but
-    assert all(way or c % pace.PROBE == 0 for c, way in picks.items() if c >= first)
+    assert first == 8  # the first probe, and from it on every call but
+    assert all(way or pace._probe(c) for c, way in picks.items() if c >= first)
     assert not all(picks.values())  # the probes of one thread
     start = pace.calls
     picks = run(3 * pace.PROBE, 3e-9)  # another process takes a core: its slow calls
     first = min(c for c, way in picks.items() if not way)  # count at once
     assert first <= start + 3
-    assert all(not way or c % pace.PROBE == 0 for c, way in picks.items() if c >= first)
+    assert all(not way or pace._probe(c) for c, way in picks.items() if c >= first)
     # a probe that does not find its way faster is not repeated
     assert sum(run(2 * pace.PROBE, 0.95e-9).values()) == 2
