@@ -39,6 +39,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NSLOTS 1024
@@ -379,9 +380,9 @@ static int fpe_bits(int raised)
 
 /* Run.ready: the items made so far; with CLOSED added, every item there will be. */
 #define CLOSED ((npy_intp)1 << 62)
-/* Pauses (some 50 us) a thread spends waiting for items in the making before it lets
- * others have its core: the caller makes an item in a fraction of the time one takes to
- * run, unless it was descheduled. */
+/* Pauses (some 50 us) a thread spends waiting for items in the making before it sleeps
+ * between looks: the caller makes an item in a fraction of the time one takes to run,
+ * unless it was descheduled or has a long out= list to check. */
 #define SPINS 2000
 #if defined(__x86_64__) || defined(__i386__)
 #define RELAX() __builtin_ia32_pause()
@@ -419,7 +420,8 @@ static void run_items(char **args, npy_intp const *count, npy_intp const *steps,
             RELAX();
         }
         else {
-            sched_yield();
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
         }
     }
     feclearexcept(ERRORS);
