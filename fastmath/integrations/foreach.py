@@ -82,7 +82,10 @@ class Foreach:
                         f"``out=`` (a list, or ``arrays`` itself) it writes there.")
         self._fn = None
         self._native = None  # the compiled path's loops, built on first use
-        self._pace = _Pace()
+        # one for new outputs, one for out=: the first take about 1.3 times as long per
+        # element (the allocation, and writing memory not yet in cache), and mixed in one
+        # history they blur the comparison between the pool and one thread
+        self._paces = (_Pace(), _Pace())
         self._small = 0  # _selection.small_size, looked up once (forgotten on a reload)
         # below this size the numpy backend runs the reference in one piece, as it is
         self._split_size = int(PARALLEL_MIN_BYTES / spec.cost / 16)
@@ -216,13 +219,14 @@ class Foreach:
         if not loops:
             return range(len(xs)), None
         threads = _parallel.threads()
-        pool = threads > 1 and self._pace.pool()
+        pace = self._paces[outs is not None]
+        pool = threads > 1 and pace.pool()
         start = time.perf_counter()
         flags, left, allocated, n = _loops.foreach(loops, xs, outs, results, self._limit(sel),
                                                    self._split_size, NATIVE_PIECE,
                                                    threads if pool else 1)
         if threads > 1 and n >= self._split_size:  # big enough for the pool to be asked
-            self._pace.took(pool, (time.perf_counter() - start) / n)
+            pace.took(pool, (time.perf_counter() - start) / n)
         if allocated >= RECYCLE and _alloc._tuned is None:
             # many small outputs freed together shrink glibc's heap, and the next call's
             # outputs fault every page in again (about 1000 faults, 10 ms, for 1000 x 1000

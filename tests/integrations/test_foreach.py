@@ -707,3 +707,33 @@ def test_pace_repeats_a_probe_that_finds_its_way_faster():
     assert all(not way or pace._probe(c) for c, way in picks.items() if c >= first)
     # a probe that does not find its way faster is not repeated
     assert sum(run(2 * pace.PROBE, 0.95e-9).values()) == 2
+
+
+@compiled
+def test_new_outputs_and_out_lists_are_paced_apart(monkeypatch):
+    """New outputs take longer per element than out= (allocation, memory not yet in
+    cache): each kind of call is timed against its own kind, each way in turn at first."""
+    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: 2)
+    spec = next(s for s in NUMPY_UNARY if s.name == "exp")
+    each = foreach.Foreach(spec)
+    each._loops()  # (which runs the compiled entry once, to check it)
+    seen = []
+    real = foreach._loops.foreach
+
+    class Spy:
+        @staticmethod
+        def foreach(*args):
+            seen.append(args[7])  # threads
+            return real(*args)
+
+    monkeypatch.setattr(foreach, "_loops", Spy)
+    xs = [np.linspace(0, 1, 1000) + k for k in range(100)]  # above the size timed
+    outs = [np.empty(1000) for _ in xs]
+    with fastmath.backend("numpy"):
+        for _ in range(3):
+            each(xs)
+        for _ in range(3):
+            each(xs, out=outs)
+    assert seen == [1, 2, 1] * 2
+    for o, x in zip(outs, xs):
+        same_bits(o, np.exp(x))
