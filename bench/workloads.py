@@ -156,24 +156,38 @@ def measure(fn, args, mode, expr, env, rounds):
     return {name: (float(np.median(ts)), checks[name]) for name, ts in times.items()}
 
 
+def interleaved(cases, xs, ys, rounds):
+    """Median ms of each case, timed in interleaved rounds, with ``ys`` reset to ``xs``
+    before each call (the in-place cases work on ``ys``)."""
+    ts = {key: [] for key in cases}
+    for _ in range(rounds):
+        for key, f in cases.items():
+            for y, x in zip(ys, xs):
+                y[...] = x
+            t = time.perf_counter()
+            f()
+            ts[key].append(time.perf_counter() - t)
+    return {k: 1e3 * float(np.median(v)) for k, v in ts.items()}
+
+
 def foreach_bench(rounds):
     """fastmath.foreach over 1000 arrays of 1000 float64 against a loop of NumPy calls:
     new results, and in place (``out=`` the inputs, against ``ufunc(x, out=x)``); where
     torch is installed, ``torch._foreach_<name>`` (and ``_``) over ``torch.as_tensor``
-    views of the same arrays, for reference."""
+    views of the same arrays, for reference, timed after all of fastmath's (torch's
+    threads spin for a while after a call, and would hold the core fastmath's pool
+    thread needs)."""
     from fastmath import foreach
 
-    try:
-        import torch
-    except ImportError:
-        torch = None
     rng = np.random.default_rng(0)
     xs = [rng.uniform(0.1, 1, 1000) for _ in range(1000)]
     ys = [x.copy() for x in xs]  # in place over and over: values stay finite below
     print(f"\nforeach: 1000 arrays of 1000 float64, median ms (wall) of {rounds * 5} "
           f"interleaved rounds; {cpu()}, {fastmath.dispatch._parallel.threads()} threads; "
           f"load average before: {load()}")
-    for name in ("exp", "log1p", "sin"):
+    names = ("exp", "log1p", "sin")
+    loops = {}
+    for name in names:
         ufunc, each = getattr(np, name), getattr(foreach, name)
         cases = {
             "loop": lambda: [ufunc(x) for x in xs],  # noqa: E731
@@ -182,37 +196,32 @@ def foreach_bench(rounds):
             "foreach in place": lambda: each(ys, out=ys),  # noqa: E731
         }
         same = all(not _blockwise.differ(a, ufunc(x)).any() for a, x in zip(each(xs), xs))
-        if torch is not None:
-            tx, ty = [torch.as_tensor(x) for x in xs], [torch.as_tensor(y) for y in ys]
-            op, op_ = getattr(torch, f"_foreach_{name}"), getattr(torch, f"_foreach_{name}_")
-            cases["torch"] = lambda: op(tx)  # noqa: E731
-            cases["torch in place"] = lambda: op_(ty)  # noqa: E731
-            with torch.inference_mode():
-                torch_same = all(not _blockwise.differ(t.numpy(), ufunc(x)).any()
-                                 for t, x in zip(op(tx), xs))
-        ts = {key: [] for key in cases}
-        for _ in range(rounds * 5):
-            for key, f in cases.items():
-                for y, x in zip(ys, xs):
-                    y[...] = x
-                t = time.perf_counter()
-                if key.startswith("torch"):
-                    with torch.inference_mode():
-                        f()
-                else:
-                    f()
-                ts[key].append(time.perf_counter() - t)
-        ms = {k: 1e3 * float(np.median(v)) for k, v in ts.items()}
+        ms = loops[name] = interleaved(cases, xs, ys, rounds * 5)
         print(f"  {name:6s} loop {ms['loop']:6.2f}  foreach {ms['foreach']:6.2f}  "
               f"{ms['loop'] / ms['foreach']:4.2f}x  {'bitwise' if same else 'DIFFERENT'};  in "
               f"place: loop {ms['loop in place']:6.2f}  foreach {ms['foreach in place']:6.2f}  "
               f"{ms['loop in place'] / ms['foreach in place']:4.2f}x")
-        if torch is not None:
-            print(f"  {'':6s} torch._foreach_{name} {ms['torch']:6.2f}  "
-                  f"{ms['loop'] / ms['torch']:4.2f}x  "
-                  f"{'bitwise' if torch_same else 'not bitwise'};  in place "
-                  f"{ms['torch in place']:6.2f}  {ms['loop in place'] / ms['torch in place']:4.2f}x")
     print(f"load average after: {load()}")
+    try:
+        import torch
+    except ImportError:
+        return
+    tx, ty = [torch.as_tensor(x) for x in xs], [torch.as_tensor(y) for y in ys]
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), against the loops "
+          f"above; load average before: {load()}")
+    for name in names:
+        ufunc, ms = getattr(np, name), loops[name]
+        op, op_ = getattr(torch, f"_foreach_{name}"), getattr(torch, f"_foreach_{name}_")
+        with torch.inference_mode():
+            same = all(not _blockwise.differ(t.numpy(), ufunc(x)).any()
+                       for t, x in zip(op(tx), xs))
+            ms.update(interleaved({"torch": lambda: op(tx),  # noqa: E731
+                                   "torch in place": lambda: op_(ty)},  # noqa: E731
+                                  xs, ys, rounds * 5))
+        print(f"  {name:6s} torch._foreach_{name} {ms['torch']:6.2f}  "
+              f"{ms['loop'] / ms['torch']:4.2f}x  {'bitwise' if same else 'not bitwise'};  "
+              f"in place {ms['torch in place']:6.2f}  "
+              f"{ms['loop in place'] / ms['torch in place']:4.2f}x")
 
 
 def cpu():

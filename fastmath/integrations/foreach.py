@@ -332,9 +332,9 @@ class _Pace:
     Each call goes the way that has been faster in the last few calls each way (one
     thread's median against the pool's upper quartile, less a MARGIN: on a busy machine
     the pool is fast now and then only), and every PROBE-th call the other way, to
-    notice when the machine changes (early on, at calls 8 and 16 too). A probe that
-    finds its way faster than the other's recent calls is repeated on the next call, and
-    so on while it does, so that a change shows within a few calls rather than KEEP
+    notice when the machine changes (the pool early on at calls 8 and 16 too). A probe
+    that finds its way faster than the other's recent calls is repeated on the next call,
+    and so on while it does, so that a change shows within a few calls rather than KEEP
     probes: a process's first calls on the pool are slow (its threads start, and settle
     on their cores), and a function timed then would otherwise stay on one thread for
     some 200 calls.
@@ -372,9 +372,10 @@ class _Pace:
         return self.preferred != self._probe(self.calls)
 
     def _probe(self, call):
-        # early on also at calls 8 and 16: the pool settles within a few calls, and a
+        # the pool early on also at calls 8 and 16: it settles within a few calls, and a
         # benchmark of some 50 calls would otherwise time its first 32 on one thread
-        return call % self.PROBE == 0 or (call < self.PROBE and call & (call - 1) == 0)
+        early = not self.preferred and call < self.PROBE and call & (call - 1) == 0
+        return early or call % self.PROBE == 0
 
     def took(self, pool: bool, seconds_per_element: float) -> None:
         if self.preferred is not None and pool != self.preferred:  # a probe

@@ -636,8 +636,8 @@ def test_acting_modes_in_place_act_as_a_loop_would(mode, backend):
 def test_pace_goes_the_way_measured_faster_and_probes_the_other():
     """The choice between the pool and one thread: each way once, then the one whose
     recent calls took less per element (the pool by a clear margin), the other way on
-    every PROBE-th call (early on, at calls 8 and 16 too), and a change of machine
-    noticed from those probes."""
+    every PROBE-th call (the pool early on at calls 8 and 16 too), and a change of
+    machine noticed from those probes."""
     pace = foreach._Pace()
     first = []
     for _ in range(2 * pace.FIRST):  # each way in turn, one thread first
@@ -653,6 +653,13 @@ def test_pace_goes_the_way_measured_faster_and_probes_the_other():
     for _ in range(pace.KEEP):  # the machine frees up: the probes find the pool faster
         pace.took(True, 0.5e-9)
     assert probes(False) == [96, 128]
+    # one thread probed early on no sooner than the 32nd call: its first calls are as
+    # fast as the later ones
+    pace = foreach._Pace()
+    for _ in range(2 * pace.FIRST):
+        way = pace.pool()
+        pace.took(way, 0.5e-9 if way else 1e-9)
+    assert probes(False) == [32, 64]
 
 
 def test_a_reloaded_calibration_moves_where_arrays_leave_the_compiled_path(tmp_path, monkeypatch):
