@@ -664,6 +664,9 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     job.steps[0] = sizeof(Item);
     job.n = most;
     job.piece = most_total > 0 ? piece * most / most_total : 1;
+    if (job.piece * threads > most) { /* short of a piece per thread: equal shares */
+        job.piece = (most + threads - 1) / threads;
+    }
     job.piece = job.piece < 1 ? 1 : job.piece;
     int pooled = most >= 2 && most_total >= min_parallel
                  && pthread_mutex_trylock(&busy) == 0; /* else busy: this thread does it all */

@@ -50,9 +50,12 @@ _ndarray = np.ndarray
 # worth handing to another thread at all.
 SPREAD_RUN = 1 << 15
 SPREAD_MIN = 1 << 14
-# Elements per piece of the list the compiled loop hands to a thread at a time: small
-# enough that a thread whose core is busy elsewhere holds back little of the call.
-NATIVE_PIECE = 1 << 13
+# Elements per piece of the list the compiled loop hands to a thread at a time (a list
+# short of a piece per thread is shared out equally): small enough that a thread
+# whose core is busy elsewhere holds back little of the call, large enough that taking
+# a piece (a cache line passed between cores) costs little. 1000 x 1000 float64 exp on
+# two threads: 2^13 0.76 ms (0.59 in place), 2^15 0.69 (0.54), 2^16 0.67 (0.54).
+NATIVE_PIECE = 1 << 15
 # Outputs allocated by one call from which glibc is asked to keep freed memory for reuse.
 RECYCLE = 1 << 20
 # The dtypes whose NumPy loop the compiled path may run (each one the ufunc takes as is).
