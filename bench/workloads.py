@@ -23,6 +23,7 @@ loops) beside the blocked call: their gap is fastmath's own cost per block.
 
 python bench/workloads.py [--quick] [--rounds 7] [--plot docs/img/blockwise.png]
                           [--block-sweep] [--ceiling] [--foreach] [--only softplus,"gmm e-step"]
+python bench/workloads.py --foreach-only [--rounds 5]
 """
 import argparse
 import itertools
@@ -155,17 +156,38 @@ def measure(fn, args, mode, expr, env, rounds):
     return {name: (float(np.median(ts)), checks[name]) for name, ts in times.items()}
 
 
+def interleaved(cases, xs, ys, rounds):
+    """Median ms of each case, timed in interleaved rounds, with ``ys`` reset to ``xs``
+    before each call (the in-place cases work on ``ys``)."""
+    ts = {key: [] for key in cases}
+    for _ in range(rounds):
+        for key, f in cases.items():
+            for y, x in zip(ys, xs):
+                y[...] = x
+            t = time.perf_counter()
+            f()
+            ts[key].append(time.perf_counter() - t)
+    return {k: 1e3 * float(np.median(v)) for k, v in ts.items()}
+
+
 def foreach_bench(rounds):
     """fastmath.foreach over 1000 arrays of 1000 float64 against a loop of NumPy calls:
-    new results, and in place (``out=`` the inputs, against ``ufunc(x, out=x)``)."""
+    new results, and in place (``out=`` the inputs, against ``ufunc(x, out=x)``); where
+    torch is installed, ``torch._foreach_<name>`` (and ``_``) over ``torch.as_tensor``
+    views of the same arrays, for reference, timed after all of fastmath's (torch's
+    threads spin for a while after a call, and would hold the core fastmath's pool
+    thread needs)."""
     from fastmath import foreach
 
     rng = np.random.default_rng(0)
     xs = [rng.uniform(0.1, 1, 1000) for _ in range(1000)]
     ys = [x.copy() for x in xs]  # in place over and over: values stay finite below
     print(f"\nforeach: 1000 arrays of 1000 float64, median ms (wall) of {rounds * 5} "
-          f"interleaved rounds; load average before: {load()}")
-    for name in ("exp", "log1p", "sin"):
+          f"interleaved rounds; {cpu()}, {fastmath.dispatch._parallel.threads()} threads; "
+          f"load average before: {load()}")
+    names = ("exp", "log1p", "sin")
+    loops = {}
+    for name in names:
         ufunc, each = getattr(np, name), getattr(foreach, name)
         cases = {
             "loop": lambda: [ufunc(x) for x in xs],  # noqa: E731
@@ -174,20 +196,32 @@ def foreach_bench(rounds):
             "foreach in place": lambda: each(ys, out=ys),  # noqa: E731
         }
         same = all(not _blockwise.differ(a, ufunc(x)).any() for a, x in zip(each(xs), xs))
-        ts = {key: [] for key in cases}
-        for _ in range(rounds * 5):
-            for key, f in cases.items():
-                for y, x in zip(ys, xs):
-                    y[...] = x
-                t = time.perf_counter()
-                f()
-                ts[key].append(time.perf_counter() - t)
-        ms = {k: 1e3 * float(np.median(v)) for k, v in ts.items()}
+        ms = loops[name] = interleaved(cases, xs, ys, rounds * 5)
         print(f"  {name:6s} loop {ms['loop']:6.2f}  foreach {ms['foreach']:6.2f}  "
               f"{ms['loop'] / ms['foreach']:4.2f}x  {'bitwise' if same else 'DIFFERENT'};  in "
               f"place: loop {ms['loop in place']:6.2f}  foreach {ms['foreach in place']:6.2f}  "
               f"{ms['loop in place'] / ms['foreach in place']:4.2f}x")
     print(f"load average after: {load()}")
+    try:
+        import torch
+    except ImportError:
+        return
+    tx, ty = [torch.as_tensor(x) for x in xs], [torch.as_tensor(y) for y in ys]
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), against the loops "
+          f"above; load average before: {load()}")
+    for name in names:
+        ufunc, ms = getattr(np, name), loops[name]
+        op, op_ = getattr(torch, f"_foreach_{name}"), getattr(torch, f"_foreach_{name}_")
+        with torch.inference_mode():
+            same = all(not _blockwise.differ(t.numpy(), ufunc(x)).any()
+                       for t, x in zip(op(tx), xs))
+            ms.update(interleaved({"torch": lambda: op(tx),  # noqa: E731
+                                   "torch in place": lambda: op_(ty)},  # noqa: E731
+                                  xs, ys, rounds * 5))
+        print(f"  {name:6s} torch._foreach_{name} {ms['torch']:6.2f}  "
+              f"{ms['loop'] / ms['torch']:4.2f}x  {'bitwise' if same else 'not bitwise'};  "
+              f"in place {ms['torch in place']:6.2f}  "
+              f"{ms['loop in place'] / ms['torch in place']:4.2f}x")
 
 
 def cpu():
@@ -337,7 +371,11 @@ def main():
     p.add_argument("--ceiling", action="store_true",
                    help="also time the blocks by hand, without fastmath, on 1 and all threads")
     p.add_argument("--foreach", action="store_true", help="also time fastmath.foreach")
+    p.add_argument("--foreach-only", action="store_true", help="time fastmath.foreach alone")
     a = p.parse_args()
+    if a.foreach_only:
+        foreach_bench(a.rounds)
+        return
     n, rounds = (10**6, 3) if a.quick else (int(a.size), a.rounds)
     items = workloads(n, np.random.default_rng(0))
     if a.only:

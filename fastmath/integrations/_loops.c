@@ -24,7 +24,9 @@
  * foreach() (for fastmath.foreach) runs one such loop, the one NumPy's own call would run
  * (numpy.ufunc._get_strided_loop), over each array of a list, the list cut into pieces
  * that the caller and the pool's threads take in turn: no Python call per array, and each
- * array's FP flags kept apart, for the caller to report in list order.
+ * array's FP flags kept apart, for the caller to report in list order. The pool is woken
+ * before the caller makes the outputs (which needs the GIL), and its threads start on the
+ * first arrays while the caller makes the outputs of the later ones.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,6 +39,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NSLOTS 1024
@@ -181,9 +184,10 @@ static int ensure_workers(int wanted)
     return nworkers < wanted ? nworkers : wanted;
 }
 
-/* Run ``job`` on the caller's thread and up to threads - 1 of the pool's; the caller holds
- * ``busy``. 0 when no worker could be started (nothing has run then). */
-static int run_job(Job *job, int threads)
+/* Wake up to threads - 1 of the pool's threads on ``job``, which they start on at once;
+ * the caller holds ``busy`` and ends with finish_job. 0 when no worker could be started
+ * (nothing has run then). */
+static int start_job(Job *job, int threads)
 {
     atomic_init(&job->next, 0);
     atomic_init(&job->flags, 0);
@@ -200,7 +204,12 @@ static int run_job(Job *job, int threads)
     generation++;
     pthread_cond_broadcast(&wake);
     pthread_mutex_unlock(&lock);
+    return 1;
+}
 
+/* The caller's share of a started job, then the wait for the workers that joined. */
+static void finish_job(Job *job)
+{
     run_pieces(job);
 
     /* Every piece is taken. Workers that joined finish theirs; one not yet woken (its core
@@ -211,6 +220,16 @@ static int run_job(Job *job, int threads)
         pthread_cond_wait(&done, &lock);
     }
     pthread_mutex_unlock(&lock);
+}
+
+/* Run ``job`` on the caller's thread and up to threads - 1 of the pool's; the caller holds
+ * ``busy``. 0 when no worker could be started (nothing has run then). */
+static int run_job(Job *job, int threads)
+{
+    if (!start_job(job, threads)) {
+        return 0;
+    }
+    finish_job(job);
     return 1;
 }
 
@@ -359,21 +378,54 @@ static int fpe_bits(int raised)
            | (raised & FE_INVALID ? UFUNC_FPE_INVALID : 0);
 }
 
+/* Run.ready: the items made so far; with CLOSED added, every item there will be. */
+#define CLOSED ((npy_intp)1 << 62)
+/* Pauses (some 50 us) a thread spends waiting for items in the making before it sleeps
+ * between looks: the caller makes an item in a fraction of the time one takes to run,
+ * unless it was descheduled or has a long out= list to check. */
+#define SPINS 2000
+#if defined(__x86_64__) || defined(__i386__)
+#define RELAX() __builtin_ia32_pause()
+#else
+#define RELAX() ((void)0)
+#endif
+
 typedef struct {
     atomic_int failed; /* a loop returned an error */
     int stop;          /* one thread only: stop after an item raising any of these flags */
     npy_intp ran;      /* the items run: fewer than all only where stop stopped them */
+    Item *items;
+    _Atomic npy_intp ready;
 } Run;
 
-/* A job's "loop" (see run_pieces): args[0] is the first of *count items. Each item's
- * flags are its own, as NumPy's check after one call per array would see them. */
+/* A job's "loop" (see run_pieces): args[0] is the first of *count items, run once they
+ * are made. Each item's flags are its own, as NumPy's check after one call per array
+ * would see them. */
 static void run_items(char **args, npy_intp const *count, npy_intp const *steps, void *data)
 {
     (void)steps;
     Run *run = data;
     Item *it = (Item *)args[0];
+    npy_intp first = it - run->items, end = first + *count;
+    for (int spins = 0;; spins++) {
+        npy_intp ready = atomic_load_explicit(&run->ready, memory_order_acquire);
+        if (ready & CLOSED) {
+            end = end < (ready & ~CLOSED) ? end : ready & ~CLOSED;
+            break;
+        }
+        if (ready >= end) {
+            break;
+        }
+        if (spins < SPINS) {
+            RELAX();
+        }
+        else {
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
+    }
     feclearexcept(ERRORS);
-    for (npy_intp k = 0; k < *count; k++, it++) {
+    for (npy_intp k = first; k < end; k++, it++) {
         if (it->n == 0) {
             continue;
         }
@@ -387,7 +439,7 @@ static void run_items(char **args, npy_intp const *count, npy_intp const *steps,
         if (raised) {
             it->flags = lp->info->no_floatingpoint_errors ? 0 : fpe_bits(raised);
             feclearexcept(ERRORS);
-            if (it->flags & run->stop) { /* one thread, so k counts from the first */
+            if (it->flags & run->stop) { /* one thread, which started from the first */
                 run->ran = k + 1;
                 return;
             }
@@ -406,15 +458,30 @@ static int by_start(const void *a, const void *b)
     return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+/* Sorts extents by start unless they already are: arrays allocated one after another
+ * usually lie in list order, and glibc's qsort takes about 100 us for 2000 extents even
+ * then (as much as the pool saves on a list of 1000 x 1000 float64). */
+static void sort_extents(Extent *e, npy_intp m)
+{
+    for (npy_intp k = 1; k < m; k++) {
+        if (e[k].lo < e[k - 1].lo) {
+            qsort(e, (size_t)m, sizeof(Extent), by_start);
+            return;
+        }
+    }
+}
+
 /* Whether an output's memory meets any other item's input or output: then the items
- * must run one after another in list order, as a loop of calls would. */
+ * must run one after another in list order, as a loop of calls would. Inputs and
+ * outputs are sorted apart (each side often is already) and merged. */
 static int entangled(const Item *items, npy_intp n)
 {
     Extent *e = PyMem_Malloc(sizeof(Extent) * (size_t)(2 * n + 1));
     if (e == NULL) {
         return 1;
     }
-    npy_intp m = 0;
+    Extent *o = e + n; /* inputs from e[0], outputs from o[0] */
+    npy_intp ni = 0, no = 0;
     for (npy_intp i = 0; i < n; i++) {
         npy_intp bytes = items[i].n * items[i].loop->strides[0];
         npy_intp obytes = items[i].n * items[i].loop->strides[1];
@@ -422,20 +489,22 @@ static int entangled(const Item *items, npy_intp n)
             continue;
         }
         if (items[i].args[0] != items[i].args[1]) { /* in place: one extent for both */
-            e[m++] = (Extent){items[i].args[0], items[i].args[0] + bytes, 0};
+            e[ni++] = (Extent){items[i].args[0], items[i].args[0] + bytes, 0};
         }
-        e[m++] = (Extent){items[i].args[1], items[i].args[1] + obytes, 1};
+        o[no++] = (Extent){items[i].args[1], items[i].args[1] + obytes, 1};
     }
-    qsort(e, (size_t)m, sizeof(Extent), by_start);
+    sort_extents(e, ni);
+    sort_extents(o, no);
     char *any = NULL, *outs = NULL; /* the furthest end seen so far, of any and of outputs */
     int found = 0;
-    for (npy_intp k = 0; k < m && !found; k++) {
-        found = e[k].lo < (e[k].out ? any : outs);
-        if (any == NULL || e[k].hi > any) {
-            any = e[k].hi;
+    for (npy_intp a = 0, b = 0; (a < ni || b < no) && !found;) {
+        const Extent *x = b == no || (a < ni && e[a].lo < o[b].lo) ? &e[a++] : &o[b++];
+        found = x->lo < (x->out ? any : outs);
+        if (any == NULL || x->hi > any) {
+            any = x->hi;
         }
-        if (e[k].out && (outs == NULL || e[k].hi > outs)) {
-            outs = e[k].hi;
+        if (x->out && (outs == NULL || x->hi > outs)) {
+            outs = x->hi;
         }
     }
     PyMem_Free(e);
@@ -516,15 +585,19 @@ static int takes_out(PyObject *o, PyArrayObject *x, const Loop *lp)
     return xlo + n * lp->strides[0] <= olo || olo + n * lp->strides[1] <= xlo;
 }
 
-/* Run job on the pool, or return 0 (the pool is busy with another call). */
-static int run_list(Job *job, int threads)
+/* Appends i (and with out=, every index after it: what comes after an item left to the
+ * caller waits for it) to left; -1 on error. */
+static int leave(PyObject *left, Py_ssize_t i, Py_ssize_t n, int tail)
 {
-    if (pthread_mutex_trylock(&busy) != 0) {
-        return 0;
+    for (Py_ssize_t r = i; r < (tail ? n : i + 1); r++) {
+        PyObject *k = PyLong_FromSsize_t(r);
+        int bad = k == NULL || PyList_Append(left, k) < 0;
+        Py_XDECREF(k);
+        if (bad) {
+            return -1;
+        }
     }
-    int ran = run_job(job, threads);
-    pthread_mutex_unlock(&busy);
-    return ran;
+    return 0;
 }
 
 static PyObject *py_foreach(PyObject *self, PyObject *args)
@@ -566,8 +639,45 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto fail;
     }
+    stop = outs == NULL ? 0 : stop; /* new outputs: nothing is seen before the caller's */
+
+    /* A first look (what a loop takes, as below, less out='s checks): a list worth the
+     * pool wakes it now, so that its threads start on the first items while this one
+     * makes the outputs of the next (about 0.1 us for each of 1000 x 1000 float64, an
+     * eighth of the time one takes to run) or checks the out= list. */
+    npy_intp most = 0, most_total = 0;
+    for (Py_ssize_t i = 0; threads > 1 && !stop && i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(ins, i);
+        if (loop_for(x, loops, nloops, limit) != NULL) {
+            most++;
+            most_total += PyArray_SIZE((PyArrayObject *)x);
+        }
+    }
+    Run run = {.stop = stop, .items = items};
+    atomic_init(&run.failed, 0);
+    atomic_init(&run.ready, 0);
+    Job job;
+    job.loop = run_items;
+    job.data = &run;
+    job.nargs = 1;
+    job.args[0] = (char *)items;
+    job.steps[0] = sizeof(Item);
+    job.n = most;
+    job.piece = most_total > 0 ? piece * most / most_total : 1;
+    if (job.piece * threads > most) { /* short of a piece per thread: equal shares */
+        job.piece = (most + threads - 1) / threads;
+    }
+    job.piece = job.piece < 1 ? 1 : job.piece;
+    int pooled = most >= 2 && most_total >= min_parallel
+                 && pthread_mutex_trylock(&busy) == 0; /* else busy: this thread does it all */
+    if (pooled && !start_job(&job, threads)) {
+        pthread_mutex_unlock(&busy);
+        pooled = 0;
+    }
+
     npy_intp m = 0, total = 0, allocated = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < n && !bad; i++) {
         PyObject *x = PyTuple_GET_ITEM(ins, i);
         const Loop *lp = loop_for(x, loops, nloops, limit);
         PyObject *o = NULL;
@@ -586,33 +696,20 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
             o = PyArray_NewFromDescr(&PyArray_Type, lp->out, PyArray_NDIM(a), PyArray_DIMS(a),
                                      NULL, NULL, 0, NULL);
             if (o == NULL) {
-                goto fail;
+                bad = 1;
+                break;
             }
             allocated += PyArray_NBYTES((PyArrayObject *)o);
         }
         if (lp == NULL) {
-            /* with out=, what comes after an item left to the caller waits for it */
-            PyObject *k = PyLong_FromSsize_t(i);
-            int bad = k == NULL || PyList_Append(left, k) < 0;
-            Py_XDECREF(k);
-            if (bad) {
-                goto fail;
-            }
+            bad = leave(left, i, n, outs != NULL) < 0;
             if (outs != NULL) {
-                for (Py_ssize_t r = i + 1; r < n; r++) {
-                    k = PyLong_FromSsize_t(r);
-                    bad = k == NULL || PyList_Append(left, k) < 0;
-                    Py_XDECREF(k);
-                    if (bad) {
-                        goto fail;
-                    }
-                }
                 break;
             }
             continue;
         }
         PyList_SetItem(results, i, o); /* steals o; drops what was there */
-        Item *it = &items[m++];
+        Item *it = &items[m];
         it->args[0] = PyArray_BYTES((PyArrayObject *)x);
         it->args[1] = PyArray_BYTES((PyArrayObject *)o);
         it->n = PyArray_SIZE((PyArrayObject *)x);
@@ -620,28 +717,31 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         it->index = i;
         it->flags = 0;
         total += it->n;
+        m++;
+        if (outs == NULL) { /* out= items wait for the overlap check */
+            atomic_store_explicit(&run.ready, m, memory_order_release);
+        }
     }
-    stop = outs == NULL ? 0 : stop; /* new outputs: nothing is seen before the caller's */
-    int serial = threads <= 1 || total < min_parallel || m < 2 || stop
-                 || (outs != NULL && entangled(items, m));
-    Run run = {.stop = stop, .ran = m};
-    atomic_init(&run.failed, 0);
-    Job job;
-    job.loop = run_items;
-    job.data = &run;
-    job.nargs = 1;
-    job.args[0] = (char *)items;
-    job.steps[0] = sizeof(Item);
-    job.n = m;
-    job.piece = total > 0 ? piece * m / total : 1;
-    if (job.piece < 1) {
-        job.piece = 1;
-    }
+    /* the pool's threads take out= items only where they may run in any order */
+    int apart = outs == NULL
+                || (!bad && m >= 2 && total >= min_parallel && !entangled(items, m));
+    atomic_store_explicit(&run.ready, (apart ? m : 0) | CLOSED, memory_order_release);
+    run.ran = m;
+    npy_intp all = m;
+    char *first = (char *)items;
     Py_BEGIN_ALLOW_THREADS
-    if (serial || !run_list(&job, threads)) { /* the pool busy: this thread does it all */
-        run_items(&job.args[0], &job.n, job.steps, &run);
+    if (pooled) {
+        finish_job(&job);
+        pthread_mutex_unlock(&busy);
+    }
+    if (!bad && !(pooled && apart)) { /* this thread alone */
+        atomic_store_explicit(&run.ready, m | CLOSED, memory_order_relaxed);
+        run_items(&first, &all, NULL, &run);
     }
     Py_END_ALLOW_THREADS
+    if (bad) {
+        goto fail;
+    }
     if (atomic_load(&run.failed)) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_RuntimeError, "NumPy's loop failed in foreach");

@@ -35,7 +35,7 @@ import time
 from .._numpy import np
 
 from .. import _registry, backends
-from ..dispatch import _alloc, _chain, _fpe, _parallel, _selection
+from ..dispatch import _alloc, _chain, _config, _fpe, _parallel, _selection
 from ._blockwise import _Log, replay as _replay
 from ..backends import HANDLED
 from ..backends.numpy import PARALLEL_MIN_BYTES
@@ -50,9 +50,12 @@ _ndarray = np.ndarray
 # worth handing to another thread at all.
 SPREAD_RUN = 1 << 15
 SPREAD_MIN = 1 << 14
-# Elements per piece of the list the compiled loop hands to a thread at a time: small
-# enough that a thread whose core is busy elsewhere holds back little of the call.
-NATIVE_PIECE = 1 << 13
+# Elements per piece of the list the compiled loop hands to a thread at a time (a list
+# short of a piece per thread is shared out equally): small enough that a thread
+# whose core is busy elsewhere holds back little of the call, large enough that taking
+# a piece (a cache line passed between cores) costs little. 1000 x 1000 float64 exp on
+# two threads: 2^13 0.76 ms (0.59 in place), 2^15 0.69 (0.54), 2^16 0.67 (0.54).
+NATIVE_PIECE = 1 << 15
 # Outputs allocated by one call from which glibc is asked to keep freed memory for reuse.
 RECYCLE = 1 << 20
 # The dtypes whose NumPy loop the compiled path may run (each one the ufunc takes as is).
@@ -82,7 +85,11 @@ class Foreach:
                         f"``out=`` (a list, or ``arrays`` itself) it writes there.")
         self._fn = None
         self._native = None  # the compiled path's loops, built on first use
-        self._pace = _Pace()
+        # one for new outputs, one for out=: the first take about 1.3 times as long per
+        # element (the allocation, and writing memory not yet in cache), and mixed in one
+        # history they blur the comparison between the pool and one thread
+        self._paces = (_Pace(), _Pace())
+        self._small = 0  # _selection.small_size, looked up once (forgotten on a reload)
         # below this size the numpy backend runs the reference in one piece, as it is
         self._split_size = int(PARALLEL_MIN_BYTES / spec.cost / 16)
 
@@ -130,7 +137,7 @@ class Foreach:
         elif acting:  # new outputs, and none of the compiled path's raised anything
             for i in todo:
                 results[i] = self._one(xs[i], outs[i])
-        else:
+        elif todo:  # (the look-ups of an empty rest cost a list of small arrays 1-2%)
             self._rest(todo, xs, outs, results)
         return results
 
@@ -202,7 +209,11 @@ class Foreach:
 
     def _limit(self, sel):
         """Arrays of this size or more are left to fastmath.<name>, which splits them."""
-        return _selection.small_size(self._spec) if sel == "auto" else self._split_size
+        if sel != "auto":
+            return self._split_size
+        if not self._small:
+            self._small = _selection.small_size(self._spec)
+        return self._small
 
     def _compiled(self, xs, outs, results, sel):
         """Run NumPy's loop over the arrays it takes as they are (see the module
@@ -211,13 +222,14 @@ class Foreach:
         if not loops:
             return range(len(xs)), None
         threads = _parallel.threads()
-        pool = threads > 1 and self._pace.pool()
+        pace = self._paces[outs is not None]
+        pool = threads > 1 and pace.pool()
         start = time.perf_counter()
         flags, left, allocated, n = _loops.foreach(loops, xs, outs, results, self._limit(sel),
                                                    self._split_size, NATIVE_PIECE,
                                                    threads if pool else 1)
         if threads > 1 and n >= self._split_size:  # big enough for the pool to be asked
-            self._pace.took(pool, (time.perf_counter() - start) / n)
+            pace.took(pool, (time.perf_counter() - start) / n)
         if allocated >= RECYCLE and _alloc._tuned is None:
             # many small outputs freed together shrink glibc's heap, and the next call's
             # outputs fault every page in again (about 1000 faults, 10 ms, for 1000 x 1000
@@ -264,7 +276,7 @@ class Foreach:
         sel = _selection.current()
         limit = 0
         if self._spec.kind == "unary" and sel in ("numpy", "auto"):
-            limit = _selection.small_size(self._spec) if sel == "auto" else self._split_size
+            limit = self._limit(sel)
         ref = self._spec.reference()
         for i in index:
             x = xs[i]
@@ -323,7 +335,12 @@ class _Pace:
     Each call goes the way that has been faster in the last few calls each way (one
     thread's median against the pool's upper quartile, less a MARGIN: on a busy machine
     the pool is fast now and then only), and every PROBE-th call the other way, to
-    notice when the machine changes.
+    notice when the machine changes (the pool early on at calls 8 and 16 too). A probe
+    that finds its way faster than the other's recent calls is repeated on the next call,
+    and so on while it does, so that a change shows within a few calls rather than KEEP
+    probes: a process's first calls on the pool are slow (its threads start, and settle
+    on their cores), and a function timed then would otherwise stay on one thread for
+    some 200 calls.
     """
 
     PROBE = 32
@@ -334,17 +351,43 @@ class _Pace:
     def __init__(self):
         self.times = (collections.deque(maxlen=self.KEEP), collections.deque(maxlen=self.KEEP))
         self.calls = 0
+        self.preferred = None  # the way the recent calls favour; None while timing each way
+        self.again = None  # the way a probe just found faster: the next call goes it too
+
+    def _pool_wins(self, pool_time, alone_time):
+        return pool_time < self.MARGIN * alone_time
+
+    def _stats(self):
+        alone, pool = (sorted(t) for t in self.times)
+        # the pool's slow calls count: on a busy machine it is fast now and then only
+        return alone[len(alone) // 2], pool[3 * len(pool) // 4]
 
     def pool(self) -> bool:
         self.calls += 1
-        alone, pool = (sorted(t) for t in self.times)
-        if min(len(alone), len(pool)) < self.FIRST:
-            return len(pool) < len(alone)  # each way in turn (a first call is slow)
-        # the pool's slow calls count: on a busy machine it is fast now and then only
-        wins = pool[3 * len(pool) // 4] < self.MARGIN * alone[len(alone) // 2]
-        return wins != (self.calls % self.PROBE == 0)
+        if min(len(t) for t in self.times) < self.FIRST:
+            self.preferred = None
+            return len(self.times[True]) < len(self.times[False])  # each way in turn
+        alone, pool = self._stats()
+        self.preferred = self._pool_wins(pool, alone)
+        if self.again is not None:
+            way, self.again = self.again, None
+            return way
+        return self.preferred != self._probe(self.calls)
+
+    def _probe(self, call):
+        # the pool early on also at calls 8 and 16: it settles within a few calls, and a
+        # benchmark of some 50 calls would otherwise time its first 32 on one thread
+        early = not self.preferred and call < self.PROBE and call & (call - 1) == 0
+        return early or call % self.PROBE == 0
 
     def took(self, pool: bool, seconds_per_element: float) -> None:
+        if self.preferred is not None and pool != self.preferred:  # a probe
+            alone_time, pool_time = self._stats()
+            if pool:
+                faster = self._pool_wins(seconds_per_element, alone_time)
+            else:
+                faster = not self._pool_wins(pool_time, seconds_per_element)
+            self.again = pool if faster else None
         self.times[pool].append(seconds_per_element)
 
 
@@ -379,6 +422,12 @@ def _native_loops(spec):
     return tuple(loops) if ok else ()
 
 
+def _forget_small():
+    for f in globals().values():
+        if isinstance(f, Foreach):
+            f._small = 0
+
+
 def _build():
     made = {}
     for spec in _registry.ROWS:
@@ -389,4 +438,5 @@ def _build():
 
 
 globals().update(_build())
+_config.on_reload(_forget_small)
 __all__ = sorted(n for n, v in globals().items() if isinstance(v, Foreach))

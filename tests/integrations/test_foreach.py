@@ -1,5 +1,6 @@
 """fastmath.foreach: each array's result is fastmath.<name> of it (NumPy's bits on the numpy
 backend, within the row's ULP bound on torch), with NumPy's dtypes, errors and warnings."""
+import json
 import warnings
 
 import numpy as np
@@ -251,6 +252,74 @@ def test_compiled_entry_takes_only_what_numpys_loop_runs_as_it_is():
                                            results, 10, 1, 64, 2)
     assert left == [1, 2] and results[1:] == [None, None]
     same_bits(results[0], np.exp(base[:9]))
+
+
+def numpys_flags(ufunc, x):
+    """The FP flags NumPy's own call on ``x`` raises (its UFUNC_FPE_* bits)."""
+    seen = [0]
+    with np.errstate(all="call", call=lambda kind, flag: seen.append(flag)):
+        ufunc(x)
+    return max(seen)
+
+
+@compiled
+@pytest.mark.parametrize("piece", [1, 700, 1 << 30])
+def test_compiled_entry_on_the_pool_while_outputs_are_made(piece):
+    """The C entry on two threads from the first element: the pool's thread starts on
+    the first arrays while the caller still makes the outputs of the later ones. Each
+    result and each array's flags are NumPy's call's; the arrays left to Python are
+    left, in list order."""
+    spec = next(s for s in NUMPY_UNARY if s.name == "exp")
+    loops = foreach._native_loops(spec)
+    rng = np.random.default_rng(3)
+    # a third of the arrays overflow, some underflow, the others raise nothing
+    xs = [rng.uniform(-800, 800, int(rng.integers(0, 300))) / rng.choice([1, 1, 1000])
+          for _ in range(600)]
+    xs[5], xs[77], xs[301] = xs[5][::2], xs[77].astype(np.int64), 1.0
+    for _ in range(5):
+        results = [None] * len(xs)
+        flags, left, _, n = foreach._loops.foreach(loops, xs, None, results, 1 << 30, 0,
+                                                   piece, 2)
+        assert left == [5, 77, 301]
+        assert n == sum(x.size for i, x in enumerate(xs) if i not in left)
+        for i, (g, x) in enumerate(zip(results, xs)):
+            if i not in left:
+                with np.errstate(all="ignore"):
+                    same_bits(g, np.exp(x))
+                assert flags[i] == numpys_flags(np.exp, x), i
+
+
+@compiled
+def test_compiled_entry_on_the_pool_with_outputs_it_cannot_all_take():
+    """out= on two threads: the pool is woken before the outputs are checked; where the
+    second output is one NumPy's loop would not run into as it is, everything from it
+    on is left to Python and the first array alone is computed (in this thread)."""
+    spec = next(s for s in NUMPY_UNARY if s.name == "exp")
+    loops = foreach._native_loops(spec)
+    xs = [np.linspace(0, 1, 1000) + k for k in range(50)]
+    for bad in (np.empty(1000, np.float32), np.empty(999), np.empty(2000)[::2]):
+        outs = [np.full(1000, 7.0) for _ in xs]
+        outs[1] = bad
+        results = [None] * len(xs)
+        flags, left, allocated, n = foreach._loops.foreach(loops, xs, outs, results,
+                                                           1 << 30, 0, 64, 2)
+        assert left == list(range(1, 50)) and (flags, allocated, n) == (None, 0, 1000)
+        assert results[0] is outs[0] and results[1:] == [None] * 49
+        same_bits(outs[0], np.exp(xs[0]))
+        assert all((o == 7.0).all() for o in outs[2:])
+    # the second output is the first input: all taken, and run in list order
+    want = [x.copy() for x in xs]
+    outs = [np.empty(1000) for _ in xs]
+    outs[1] = want[0]
+    for x, o in zip(want, outs):
+        np.exp(x, out=o)
+    want_outs = [o.copy() for o in outs]
+    outs = [np.empty(1000) for _ in xs]
+    outs[1] = xs[0]
+    flags, left, _, n = foreach._loops.foreach(loops, xs, outs, [None] * 50, 1 << 30, 0, 64, 2)
+    assert (flags, left, n) == (None, [], 50_000)
+    for o, w in zip(outs, want_outs):
+        same_bits(o, w)
 
 
 @compiled
@@ -567,17 +636,111 @@ def test_acting_modes_in_place_act_as_a_loop_would(mode, backend):
 def test_pace_goes_the_way_measured_faster_and_probes_the_other():
     """The choice between the pool and one thread: each way once, then the one whose
     recent calls took less per element (the pool by a clear margin), the other way on
-    every PROBE-th call, and a change of machine noticed from those probes."""
+    every PROBE-th call (the pool early on at calls 8 and 16 too), and a change of
+    machine noticed from those probes."""
     pace = foreach._Pace()
     first = []
     for _ in range(2 * pace.FIRST):  # each way in turn, one thread first
         first.append(pace.pool())
         pace.took(first[-1], 0.95e-9 if first[-1] else 1e-9)
     assert first == [False, True] * pace.FIRST
+
+    def probes(way):  # the calls (counted from the first) that went ``way``
+        return [pace.calls for _ in range(2 * pace.PROBE) if pace.pool() == way]
+
     # the pool not clearly faster: one thread, but for the probes
-    picks = [pace.pool() for _ in range(2 * pace.PROBE)]
-    assert picks.count(True) == 2
+    assert probes(True) == [8, 16, 32, 64]
     for _ in range(pace.KEEP):  # the machine frees up: the probes find the pool faster
         pace.took(True, 0.5e-9)
-    picks = [pace.pool() for _ in range(2 * pace.PROBE)]
-    assert picks.count(False) == 2
+    assert probes(False) == [96, 128]
+    # one thread probed early on no sooner than the 32nd call: its first calls are as
+    # fast as the later ones
+    pace = foreach._Pace()
+    for _ in range(2 * pace.FIRST):
+        way = pace.pool()
+        pace.took(way, 0.5e-9 if way else 1e-9)
+    assert probes(False) == [32, 64]
+
+
+def test_a_reloaded_calibration_moves_where_arrays_leave_the_compiled_path(tmp_path, monkeypatch):
+    """Under ``auto`` the compiled path takes arrays below the function's smallest
+    crossover, looked up once and again after a configuration reload."""
+    from fastmath.dispatch import _calibration, _config
+
+    with fastmath.backend("auto"):
+        foreach.exp([np.ones(3)])
+        default = foreach.exp._limit("auto")
+        cal = tmp_path / "cal.json"
+        cal.write_text(json.dumps({"format": 1, "machine": _calibration.machine(),
+                                   "table": {"exp": {"float64": {"rows": [[4096, ["numpy"]]]}}}}))
+        monkeypatch.setenv("FASTMATH_CALIBRATION", str(cal))
+        _config.reload()
+        try:
+            assert foreach.exp._limit("auto") == 4096 != default
+            xs = [np.linspace(0, 1, n) for n in (100, 5000)]
+            for g, x in zip(foreach.exp(xs), xs):
+                same_bits(g, np.exp(x))
+        finally:
+            monkeypatch.delenv("FASTMATH_CALIBRATION")
+            _config.reload()
+        assert foreach.exp._limit("auto") == default
+
+
+def test_pace_repeats_a_probe_that_finds_its_way_faster():
+    """A process's first calls on the pool are slow: once a probe finds it faster, the
+    calls go on to it at once, not after KEEP probes."""
+    pace = foreach._Pace()
+    for _ in range(2 * pace.FIRST):  # the pool's first calls slower than one thread's
+        way = pace.pool()
+        pace.took(way, 1.2e-9 if way else 1e-9)
+
+    def run(calls, pool_time):
+        picks = {}
+        for _ in range(calls):
+            way = pace.pool()
+            picks[pace.calls] = way
+            pace.took(way, pool_time if way else 1e-9)
+        return picks
+
+    picks = run(3 * pace.PROBE, 0.5e-9)  # the pool has settled: twice as fast
+    first = min(c for c, way in picks.items() if way)
+    assert first == 8  # the first probe, and from it on every call but
+    assert all(way or pace._probe(c) for c, way in picks.items() if c >= first)
+    assert not all(picks.values())  # the probes of one thread
+    start = pace.calls
+    picks = run(3 * pace.PROBE, 3e-9)  # another process takes a core: its slow calls
+    first = min(c for c, way in picks.items() if not way)  # count at once
+    assert first <= start + 3
+    assert all(not way or pace._probe(c) for c, way in picks.items() if c >= first)
+    # a probe that does not find its way faster is not repeated
+    assert sum(run(2 * pace.PROBE, 0.95e-9).values()) == 2
+
+
+@compiled
+def test_new_outputs_and_out_lists_are_paced_apart(monkeypatch):
+    """New outputs take longer per element than out= (allocation, memory not yet in
+    cache): each kind of call is timed against its own kind, each way in turn at first."""
+    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: 2)
+    spec = next(s for s in NUMPY_UNARY if s.name == "exp")
+    each = foreach.Foreach(spec)
+    each._loops()  # (which runs the compiled entry once, to check it)
+    seen = []
+    real = foreach._loops.foreach
+
+    class Spy:
+        @staticmethod
+        def foreach(*args):
+            seen.append(args[7])  # threads
+            return real(*args)
+
+    monkeypatch.setattr(foreach, "_loops", Spy)
+    xs = [np.linspace(0, 1, 1000) + k for k in range(100)]  # above the size timed
+    outs = [np.empty(1000) for _ in xs]
+    with fastmath.backend("numpy"):
+        for _ in range(3):
+            each(xs)
+        for _ in range(3):
+            each(xs, out=outs)
+    assert seen == [1, 2, 1] * 2
+    for o, x in zip(outs, xs):
+        same_bits(o, np.exp(x))
