@@ -13,6 +13,8 @@ import pytest
 import fastmath
 from fastmath._registry import ROWS
 
+from helpers import assert_same
+
 BACKENDS = fastmath.available_backends()
 UFUNCS = [r for r in ROWS if r.kind in ("unary", "binary")]
 BINARY = [r for r in ROWS if r.kind == "binary"]
@@ -455,3 +457,57 @@ def test_a_call_callback_gets_every_flag_raised_even_ignored_ones(backend):
     with fastmath.backend(backend):
         got = calls(fastmath.exp)
     assert got == calls(np.exp) == [("overflow", 6)]
+
+
+NUMPY_UFUNCS = [r for r in UFUNCS if r.ref.startswith("numpy:")]
+
+
+def _bit_patterns(rng, dtype, n):
+    """``n`` values of ``dtype`` from random bit patterns: every exponent, sign, NaN, inf."""
+    dt = np.dtype(dtype)
+    if dt.kind == "c":
+        return _bit_patterns(rng, dt.char.lower(), 2 * n).view(dt)
+    bits = rng.integers(0, 1 << (8 * dt.itemsize), n, dtype=np.uint64, endpoint=False)
+    return bits.astype(f"u{dt.itemsize}").view(dt)
+
+
+def _has_loop(ref, dtype):
+    char = np.dtype(dtype).char
+    return f"{char * ref.nin}->{char}" in ref.types
+
+
+@pytest.mark.parametrize("spec", NUMPY_UFUNCS, ids=ids(NUMPY_UFUNCS))
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("layout", ["backwards", "strided", "contiguous"])
+def test_a_masked_call_is_numpys_own_masked_loop(spec, dtype, layout):
+    # NumPy picks a SIMD or a scalar loop by layout, and they can differ by an ULP: the
+    # selected elements are computed in the caller's layout, as NumPy's masked loop does
+    ref = spec.reference()
+    if not _has_loop(ref, dtype):
+        pytest.skip(f"NumPy's {spec.name} has no {dtype} loop")
+    rng = np.random.default_rng(sum(map(ord, spec.name + dtype + layout)))
+    for n in (3001, 300_001):  # one thread, and split over the pool
+        pick = {"backwards": slice(None, None, -1), "strided": slice(None, None, 2),
+                "contiguous": slice(None)}[layout]
+        xs = [_bit_patterns(rng, dtype, 2 * n)[pick][:n] for _ in range(ref.nin)]
+        mask = rng.random(n) < 0.5
+        got, want = np.zeros(n, dtype), np.zeros(n, dtype)
+        with fastmath.backend("numpy"), np.errstate(all="ignore"):
+            getattr(fastmath, spec.name)(*xs, out=got, where=mask)
+            ref(*xs, out=want, where=mask)
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("spec", NUMPY_UFUNCS, ids=ids(NUMPY_UFUNCS))
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+def test_a_backwards_out_is_filled_by_numpys_loop_in_that_layout(spec, dtype):
+    ref = spec.reference()
+    if not _has_loop(ref, dtype):
+        pytest.skip(f"NumPy's {spec.name} has no {dtype} loop")
+    rng = np.random.default_rng(sum(map(ord, spec.name + dtype)))
+    xs = [_bit_patterns(rng, dtype, 3001) for _ in range(ref.nin)]
+    got, want = np.zeros(2 * 3001, dtype)[::-2], np.zeros(2 * 3001, dtype)[::-2]
+    with fastmath.backend("numpy"), np.errstate(all="ignore"):
+        getattr(fastmath, spec.name)(*xs, out=got)
+        ref(*xs, out=want)
+    assert_same(got.copy(), want.copy())
