@@ -112,22 +112,29 @@ class Ufunc(functools.partial):
 
     def _hot(self):
         """The function a call runs: the fast path, else ``_call``."""
-        small, ref = 0, None
+        small, ones, ref = 0, {}, None
 
         def fast(x, /, *args, **kwargs):
             # The hot path: the arguments are numpy's (see __signature__), parsed only
-            # off this path.
-            if (x.size if type(x) is _ndarray else _ONE.get(type(x), _BIG)) < small and (
-                    not args and not kwargs):
+            # off this path. Each test here costs a sizeable part of NumPy's own scalar
+            # call, so a scalar's is one lookup of its type (``ones``), not a size.
+            if (((t := type(x)) is _ndarray and x.size < small) or t in ones) and not (
+                    args or kwargs):
                 scoped = _scoped_get()
                 if (_state.default if scoped is None else scoped) == "auto":
                     return ref(x)
             return self._call((x,), args, kwargs)
         return fast
 
-    # the fast path's own variables, held in its closure cells
-    _small = property(lambda self: self._cells["small"].cell_contents,
-                      lambda self, v: setattr(self._cells["small"], "cell_contents", v))
+    # the fast path's own variables, held in its closure cells; ``ones``: the types of one
+    # element (_ONE) while one element is below ``small``, else none, so that the fast
+    # path tests a scalar with a single lookup
+    def _set_small(self, v):
+        self._cells["small"].cell_contents = v
+        if "ones" in self._cells:
+            self._cells["ones"].cell_contents = _ONE if 1 < v else {}
+
+    _small = property(lambda self: self._cells["small"].cell_contents, _set_small)
     _ref = property(lambda self: self._cells["ref"].cell_contents,
                     lambda self, v: setattr(self._cells["ref"], "cell_contents", v))
 
