@@ -79,7 +79,9 @@ except ImportError:  # setuptools without PEP 660 editable wheels
     pass
 
 setup(
-    ext_modules=[_Extension("fastmath.integrations._loops", ["fastmath/integrations/_loops.c"], optional=True,
-                            extra_compile_args=["-O2", "-std=c11"])],
+    # _hot.c: the ufuncs' fast path in C (fastmath/frontends/_ufunc.py uses it when built)
+    ext_modules=[_Extension("fastmath.integrations._loops", ["fastmath/integrations/_loops.c",
+                                                             "fastmath/frontends/_hot.c"],
+                            optional=True, extra_compile_args=["-O2", "-std=c11"])],
     cmdclass=cmdclass,
 )

@@ -17,6 +17,8 @@ _MISSING = object()
 class BinaryUfunc(Ufunc):
     """A NumPy-compatible two-argument ufunc that runs on the backend fastmath selects."""
 
+    _nin = 2
+
     def _hot(self):
         small, ones, ref = 0, {}, None
 
