@@ -6,7 +6,8 @@ and, at 1000 elements, each backend's raw kernel writing into a preallocated out
 the front end adds is the difference). Rounds are interleaved, so that a busy machine
 slows every column alike; the load average is printed with the figures.
 
-    python bench/overhead.py [--functions exp,power,...] [--rounds 7]
+    python bench/overhead.py [--functions exp,power,...] [--sizes scalar,10]
+                             [--backends numpy,...] [--rounds 7] [--cpu]
 """
 import argparse
 import os
@@ -47,14 +48,17 @@ def kernel_call(spec, backend, xs):
     return lambda: kernel(*xs, out)
 
 
+_clock = time.perf_counter
+
+
 def per_call(fn, budget=0.004):
     """Seconds per call of ``fn``, from a batch lasting about ``budget`` seconds."""
     n, t = 1, 0.0
     while True:
-        start = time.perf_counter()
+        start = _clock()
         for _ in range(n):
             fn()
-        t = time.perf_counter() - start
+        t = _clock() - start
         if t >= budget:
             return t / n
         n *= 4 if t < budget / 4 else 2
@@ -90,20 +94,33 @@ def row_cells(spec, size, forced, rounds):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--functions", default="", help="comma-separated row names (all)")
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                   help=f"comma-separated, of {', '.join(map(str, SIZES))} (all)")
+    p.add_argument("--backends", default=None,
+                   help="comma-separated forced backends to show (every available one)")
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--cpu", action="store_true",
+                   help="time in this process's CPU time, not wall time: steadier on a busy "
+                        "machine, but counts every thread (use for the scalar and 10 sizes)")
     args = p.parse_args(argv)
+    if args.cpu:
+        global _clock
+        _clock = time.process_time
+    sizes = [s for s in SIZES if str(s) in args.sizes.split(",")]
     names = [n for n in args.functions.split(",") if n]
     unknown = set(names) - {r.name for r in ROWS}
     if unknown:
         p.error(f"unknown functions {sorted(unknown)}; valid: {', '.join(r.name for r in ROWS)}")
     rows = [r for r in ROWS if not names or r.name in names]
     forced = [b for b in fastmath.available_backends() if b != "auto"]
+    if args.backends is not None:
+        forced = [b for b in forced if b in args.backends.split(",")]
     print(f"load average {os.getloadavg()}; numpy {np.__version__}; "
-          f"backends {', '.join(forced)}; median us per call of {args.rounds} interleaved "
-          "rounds")
+          f"backends {', '.join(forced)}; median us per call ({'CPU' if args.cpu else 'wall'}"
+          f" time) of {args.rounds} interleaved rounds")
     warnings.simplefilter("ignore")
     with np.errstate(all="ignore"):
-        for size in SIZES:
+        for size in sizes:
             print(f"\n== {size} {'elements' if size != 'scalar' else '(Python float)'}")
             header = None
             for spec in rows:

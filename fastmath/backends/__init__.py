@@ -21,6 +21,11 @@ Rules every backend keeps:
    runs the next backend in line over the whole output, so a result or ``out=`` is never
    left half written. The numpy backend, last in every chain, runs NumPy's own loops:
    their failures are NumPy's, raised as NumPy raises them.
+7. A kernel that runs the reference's own loop may say so: ``any_strides`` (it takes
+   negative strides as they are) and ``masked(mask)`` (a kernel for the elements a
+   ``where=`` mask selects, or None). NumPy picks its loop by layout, so the front end
+   then hands the arrays over untouched instead of flipping them or gathering the
+   selected elements, and the result is the reference's bit for bit.
 """
 from __future__ import annotations
 

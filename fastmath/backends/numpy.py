@@ -30,8 +30,11 @@ class NumpyBackend:
         return None
 
     def kernel(self, spec):
-        if spec.kind in _KERNELS:
-            return _KERNELS[spec.kind](spec.reference(), PARALLEL_MIN_BYTES / spec.cost)
+        if spec.kind == "elementwise":
+            return _Elementwise(spec.reference(), PARALLEL_MIN_BYTES / spec.cost)
+        if spec.kind in ("unary", "binary"):
+            return _Unary(spec.reference(), PARALLEL_MIN_BYTES / spec.cost,
+                          maskable=spec.ref.startswith("numpy:"))
         if spec.kind == "logsumexp":
             return lse_partial
         if spec.kind == "softmax":
@@ -40,27 +43,58 @@ class NumpyBackend:
 
 
 class _Unary:
-    __slots__ = ("ufunc", "min_bytes")
+    """The reference ufunc's own loop over the arrays as they are laid out: NumPy picks a
+    SIMD or a scalar loop by layout, and the two can differ by an ULP, so the front end
+    hands over negative strides unflipped (``any_strides``) and a ``where=`` mask whole
+    (``masked``) rather than gathering the selected elements into a contiguous run."""
 
-    def __init__(self, ufunc, min_bytes):
+    __slots__ = ("ufunc", "min_bytes", "maskable")
+    any_strides = True
+
+    def __init__(self, ufunc, min_bytes, maskable=False):
         self.ufunc = ufunc
         self.min_bytes = min_bytes
+        self.maskable = maskable
 
     def __call__(self, *ins):
         out = ins[-1]
-        big = out.size * out.itemsize >= self.min_bytes
-        parts = _parallel.threads_now() if big else 1
-        if parts < 2:
-            if big:  # one piece after all (one core, or a contended one): the flags are
-                # reported as a split call's are, from the caller's line
-                return recorded(self.ufunc, *ins[:-1], out=out)
+        if out.size * out.itemsize < self.min_bytes:
             self.ufunc(*ins[:-1], out=out)
             return HANDLED
+        return self._split(ins[:-1], out, None)
+
+    def masked(self, mask):
+        """This kernel on the elements ``mask`` selects, by NumPy's own masked loop; None
+        for SciPy's ufuncs, which never see a mask (scipy/scipy#25127)."""
+        if not self.maskable:
+            return None
+
+        def kernel(*ins):
+            out = ins[-1]
+            if out.size * out.itemsize < self.min_bytes:
+                self.ufunc(*ins[:-1], out=out, where=mask)
+                return HANDLED
+            return self._split(ins[:-1], out, mask)
+        return kernel
+
+    def _split(self, ins, out, mask):
+        """A large call, over chunks on the pool; the FP flags for the front end to report."""
         ufunc = self.ufunc
-        # chunks follow the output's layout; inputs may be broadcast views
+        kw = {} if mask is None else {"where": mask}
+        parts = _parallel.threads_now()
+        if parts < 2:  # one piece after all (one core, or a contended one): the flags are
+            # reported as a split call's are, from the caller's line
+            return recorded(ufunc, *ins, out=out, **kw)
+        # chunks follow the output's layout; inputs and the mask may be broadcast views
+        extra = () if mask is None else (mask,)
         views = _parallel.chunk_views((out,) + tuple(
-            x if x.shape == out.shape else np.broadcast_to(x, out.shape) for x in ins[:-1]), parts)
-        tasks = [lambda v=v: recorded(ufunc, *v[1:], out=v[0]) for v in views]
+            x if x.shape == out.shape else np.broadcast_to(x, out.shape) for x in ins) + extra,
+            parts)
+        n = len(ins) + 1
+        if mask is None:
+            tasks = [lambda v=v: recorded(ufunc, *v[1:n], out=v[0]) for v in views]
+        else:
+            tasks = [lambda v=v: recorded(ufunc, *v[1:n], out=v[0], where=v[n]) for v in views]
         flags = 0
         for f in _parallel.run(tasks, adaptive=True):
             flags |= f
@@ -202,9 +236,6 @@ def _fold(tree, sums):
     if isinstance(tree, tuple):
         return next(sums)
     return _fold(tree[0], sums) + _fold(tree[1], sums)
-
-
-_KERNELS = {"unary": _Unary, "binary": _Unary, "elementwise": _Elementwise}
 
 
 # --- logsumexp: SciPy's decomposition (backends/_lse.py) over blocks on the pool ---------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .._numpy import np
 
-from ._ufunc import _BIG, _ONE, Ufunc, _scoped_get, _state
+from ._ufunc import _ONE, Ufunc, _scoped_get, _state
 
 _ndarray = np.ndarray
 _MISSING = object()
@@ -17,14 +17,17 @@ _MISSING = object()
 class BinaryUfunc(Ufunc):
     """A NumPy-compatible two-argument ufunc that runs on the backend fastmath selects."""
 
+    _nin = 2
+
     def _hot(self):
-        small, ref = 0, None
+        small, ones, ref = 0, {}, None
 
         def fast(x1=_MISSING, x2=_MISSING, /, *args, **kwargs):
-            # The hot path: small operands under auto go straight to the reference.
-            if ((x1.size if type(x1) is _ndarray else _ONE.get(type(x1), _BIG)) < small
-                    and (x2.size if type(x2) is _ndarray else _ONE.get(type(x2), _BIG)) < small
-                    and not args and not kwargs):
+            # The hot path: small operands under auto go straight to the reference; a
+            # scalar is one lookup of its type (``ones``, see Ufunc._hot).
+            if (((t := type(x1)) is _ndarray and x1.size < small) or t in ones) and (
+                    ((t := type(x2)) is _ndarray and x2.size < small) or t in ones) and not (
+                    args or kwargs):
                 scoped = _scoped_get()
                 if (_state.default if scoped is None else scoped) == "auto":
                     return ref(x1, x2)

@@ -27,6 +27,8 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 class Function(Ufunc):
     """A NumPy-compatible elementwise function that runs on the backend fastmath selects."""
 
+    _nin = 0  # no C fast path: its own (below) is not a ufunc's
+
     def _hot(self):
         small, ref = 0, None
 

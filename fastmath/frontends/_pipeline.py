@@ -279,18 +279,29 @@ def allocate(ins, shape, dtype, order):
 
 
 def _compute(f, chain, ins, res, mask):
-    """Run ``chain`` into ``res``, on the elements ``mask`` selects if there is one."""
+    """Run ``chain`` into ``res``, on the elements ``mask`` selects if there is one.
+
+    A kernel that runs the reference's own loop (the numpy backend's) gets the arrays as
+    they are, mask included: NumPy chooses its SIMD or scalar loop by layout, and the two
+    may differ by an ULP, so a flipped or gathered copy could change the result.
+    """
+    first = chain[0][1]
     if mask is None:
         if len(chain) > 1:
             # in place with a fallback: a kernel failing part-way, or one whose FP flags
             # are derived from the input afterwards, needs the input intact
             ins = [a.copy() if a is res else a for a in ins]
-        if any(s < 0 for s in res.strides):
+        if any(s < 0 for s in res.strides) and not getattr(first, "any_strides", False):
             # the same elements in the opposite order: a backend whose arrays cannot
             # walk backwards (torch) takes the call instead of failing on it
             flip = tuple(slice(None, None, -1) if s < 0 else slice(None) for s in res.strides)
             res, ins = res[flip], [a[flip] for a in ins]
         f._run(chain, tuple(ins), res)
+        return
+    masked = getattr(first, "masked", None)
+    masked = masked(mask) if masked is not None else None
+    if masked is not None:
+        f._run(((chain[0][0], masked),) + tuple(chain[1:]), tuple(ins), res)
     elif mask.any():
         part = np.empty(int(np.count_nonzero(mask)), res.dtype)
         try:

@@ -15,6 +15,11 @@ from .._numpy import np
 from ..dispatch import _chain, _config, _fpe, _log, _selection
 from . import _pipeline
 
+try:  # the fast path in C (fastmath/frontends/_hot.c), part of the optional extension
+    from ..integrations._loops import hot as _native_hot
+except ImportError:
+    _native_hot = None
+
 _ndarray = np.ndarray
 _current = _selection.current
 _scoped_get = _selection._scoped.get
@@ -84,11 +89,23 @@ class Ufunc(functools.partial):
     # argument tuple and dict on every call, and reading attributes of the instance (whose
     # class has __getattr__) costs more than a closure's variables, several times NumPy's
     # whole scalar call.
+    # With the extension built, the closure is entered only for what the C fast path
+    # (_hot.c) does not answer: it reads the same variables from ``_native``.
+    _nin = 1  # operands the C fast path takes; 0: none, the closure is entered at once
+    _native = None
+
     def __new__(cls, spec):
         self = super().__new__(cls, cls._hot)
-        fast = self._hot()
-        self.__setstate__((fast, (), {}, None))
+        fast = entry = self._hot()
+        native = None
+        if _native_hot is not None and cls._nin:
+            # _hot.c's order: reference, small, ones, fallback, operands, ndarray, the
+            # backend context variable, the selection state, "auto"
+            native = [None, 0, {}, fast, cls._nin, _ndarray, _selection._scoped, _state, "auto"]
+            entry = _native_hot(native)
+        self.__setstate__((entry, (), {}, None))  # (this empties the instance's __dict__)
         self._cells = dict(zip(fast.__code__.co_freevars, fast.__closure__))
+        self._native = native
         return self
 
     def __init__(self, spec):
@@ -112,24 +129,38 @@ class Ufunc(functools.partial):
 
     def _hot(self):
         """The function a call runs: the fast path, else ``_call``."""
-        small, ref = 0, None
+        small, ones, ref = 0, {}, None
 
         def fast(x, /, *args, **kwargs):
             # The hot path: the arguments are numpy's (see __signature__), parsed only
-            # off this path.
-            if (x.size if type(x) is _ndarray else _ONE.get(type(x), _BIG)) < small and (
-                    not args and not kwargs):
+            # off this path. Each test here costs a sizeable part of NumPy's own scalar
+            # call, so a scalar's is one lookup of its type (``ones``), not a size.
+            if (((t := type(x)) is _ndarray and x.size < small) or t in ones) and not (
+                    args or kwargs):
                 scoped = _scoped_get()
                 if (_state.default if scoped is None else scoped) == "auto":
                     return ref(x)
             return self._call((x,), args, kwargs)
         return fast
 
-    # the fast path's own variables, held in its closure cells
-    _small = property(lambda self: self._cells["small"].cell_contents,
-                      lambda self, v: setattr(self._cells["small"], "cell_contents", v))
-    _ref = property(lambda self: self._cells["ref"].cell_contents,
-                    lambda self, v: setattr(self._cells["ref"], "cell_contents", v))
+    # the fast path's own variables, held in its closure cells; ``ones``: the types of one
+    # element (_ONE) while one element is below ``small``, else none, so that the fast
+    # path tests a scalar with a single lookup
+    def _set_small(self, v):
+        ones = _ONE if 1 < v else {}
+        self._cells["small"].cell_contents = v
+        if "ones" in self._cells:
+            self._cells["ones"].cell_contents = ones
+        if self._native is not None:
+            self._native[1:3] = v, ones
+
+    def _set_ref(self, v):
+        self._cells["ref"].cell_contents = v
+        if self._native is not None:
+            self._native[0] = v
+
+    _small = property(lambda self: self._cells["small"].cell_contents, _set_small)
+    _ref = property(lambda self: self._cells["ref"].cell_contents, _set_ref)
 
     @property
     def __signature__(self):

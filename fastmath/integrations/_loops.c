@@ -957,7 +957,10 @@ static PyObject *py_threads(PyObject *self, PyObject *unused)
     return PyLong_FromLong(atomic_load(&nthreads));
 }
 
+PyObject *fastmath_hot(PyObject *module, PyObject *state);  /* fastmath/frontends/_hot.c */
+
 static PyMethodDef methods[] = {
+    {"hot", fastmath_hot, METH_O, "hot(state) -> a ufunc's fast path (fastmath/frontends/_hot.c)"},
     {"replace", py_replace, METH_VARARGS,
      "replace(ufunc, index, min_split, piece) -> slot: install the splitting loop"},
     {"restore", py_restore, METH_VARARGS, "restore(slot) -> bool: put the original back"},

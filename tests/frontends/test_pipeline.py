@@ -3,8 +3,10 @@
 Each test runs a registry row's fastmath function and its reference side by side, under
 each backend available here, and compares results, warnings and exceptions.
 """
+import os
 import subprocess
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -12,6 +14,9 @@ import pytest
 
 import fastmath
 from fastmath._registry import ROWS
+from fastmath.frontends import _ufunc
+
+from helpers import assert_same
 
 BACKENDS = fastmath.available_backends()
 UFUNCS = [r for r in ROWS if r.kind in ("unary", "binary")]
@@ -455,3 +460,148 @@ def test_a_call_callback_gets_every_flag_raised_even_ignored_ones(backend):
     with fastmath.backend(backend):
         got = calls(fastmath.exp)
     assert got == calls(np.exp) == [("overflow", 6)]
+
+
+NUMPY_UFUNCS = [r for r in UFUNCS if r.ref.startswith("numpy:")]
+
+
+def _bit_patterns(rng, dtype, n):
+    """``n`` values of ``dtype`` from random bit patterns: every exponent, sign, NaN, inf."""
+    dt = np.dtype(dtype)
+    if dt.kind == "c":
+        return _bit_patterns(rng, dt.char.lower(), 2 * n).view(dt)
+    bits = rng.integers(0, 1 << (8 * dt.itemsize), n, dtype=np.uint64, endpoint=False)
+    return bits.astype(f"u{dt.itemsize}").view(dt)
+
+
+def _has_loop(ref, dtype):
+    char = np.dtype(dtype).char
+    return f"{char * ref.nin}->{char}" in ref.types
+
+
+@pytest.mark.parametrize("spec", NUMPY_UFUNCS, ids=ids(NUMPY_UFUNCS))
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("layout", ["backwards", "strided", "contiguous"])
+def test_a_masked_call_is_numpys_own_masked_loop(spec, dtype, layout):
+    # NumPy picks a SIMD or a scalar loop by layout, and they can differ by an ULP: the
+    # selected elements are computed in the caller's layout, as NumPy's masked loop does
+    ref = spec.reference()
+    if not _has_loop(ref, dtype):
+        pytest.skip(f"NumPy's {spec.name} has no {dtype} loop")
+    rng = np.random.default_rng(sum(map(ord, spec.name + dtype + layout)))
+    for n in (3001, 300_001):  # one thread, and split over the pool
+        pick = {"backwards": slice(None, None, -1), "strided": slice(None, None, 2),
+                "contiguous": slice(None)}[layout]
+        xs = [_bit_patterns(rng, dtype, 2 * n)[pick][:n] for _ in range(ref.nin)]
+        mask = rng.random(n) < 0.5
+        got, want = np.zeros(n, dtype), np.zeros(n, dtype)
+        with fastmath.backend("numpy"), np.errstate(all="ignore"):
+            getattr(fastmath, spec.name)(*xs, out=got, where=mask)
+            ref(*xs, out=want, where=mask)
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("spec", NUMPY_UFUNCS, ids=ids(NUMPY_UFUNCS))
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+def test_a_backwards_out_is_filled_by_numpys_loop_in_that_layout(spec, dtype):
+    ref = spec.reference()
+    if not _has_loop(ref, dtype):
+        pytest.skip(f"NumPy's {spec.name} has no {dtype} loop")
+    rng = np.random.default_rng(sum(map(ord, spec.name + dtype)))
+    xs = [_bit_patterns(rng, dtype, 3001) for _ in range(ref.nin)]
+    got, want = np.zeros(2 * 3001, dtype)[::-2], np.zeros(2 * 3001, dtype)[::-2]
+    with fastmath.backend("numpy"), np.errstate(all="ignore"):
+        getattr(fastmath, spec.name)(*xs, out=got)
+        ref(*xs, out=want)
+    assert_same(got.copy(), want.copy())
+
+
+def _warning_sites(fn, *args):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with np.errstate(all="warn"):
+            fn(*args)
+    return [(x.category, str(x.message), x.filename) for x in w]
+
+
+@pytest.mark.skipif(_ufunc._native_hot is None, reason="the extension is not built")
+@pytest.mark.parametrize("args", [(0.0,), (np.zeros(3),), (np.float32(0),)], ids=repr)
+def test_a_small_calls_warning_names_the_callers_file_as_numpys_does(args):
+    # NumPy attributes its FP warnings to the innermost Python frame: the fast path in C
+    # adds none, so a patched library's np.log(0) is reported at the library's line (from
+    # a function's second call: the first reads the cost table, in Python)
+    fastmath.log(1.0), fastmath.arctan2(1.0, 1.0)
+    got = _warning_sites(fastmath.log, *args)
+    want = _warning_sites(np.log, *args)
+    assert got == want and want[0][2] == __file__
+    got = _warning_sites(fastmath.arctan2, *args, *args)
+    assert got == _warning_sites(np.arctan2, *args, *args)
+
+
+def _python(code):
+    """``code`` run by a fresh interpreter on this checkout (a hang fails, after 300 s)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=root))
+
+
+def test_without_the_extension_the_python_fast_path_serves():
+    code = """
+        import sys
+        sys.modules["fastmath.integrations._loops"] = None  # as if built without a compiler
+        import numpy as np, scipy.special, fastmath
+        assert type(fastmath.exp.func).__name__ == "function", fastmath.exp.func
+        x = np.linspace(0.1, 0.9, 10)
+        for ours, ref, args in ((fastmath.exp, np.exp, (0.5,)), (fastmath.exp, np.exp, (x,)),
+                                (fastmath.arctan2, np.arctan2, (x, 0.5)),
+                                (fastmath.erf, scipy.special.erf, (x,))):
+            for _ in range(2):  # the first call reads the cost table
+                got, want = ours(*args), ref(*args)
+                assert type(got) is type(want) and np.array_equal(got, want), (ours, args)
+        print("OK")
+    """
+    r = _python(code)
+    assert r.stdout.strip() == "OK", r.stderr
+
+
+def test_small_calls_stay_the_references_while_other_threads_change_the_selection():
+    # the fast path reads the selection and its thresholds on every call, while other
+    # threads set the default, open scopes and make the thresholds be read again
+    code = """
+        import threading
+        import numpy as np, scipy.special, fastmath
+        from fastmath.frontends import _ufunc
+        x = np.linspace(0.1, 0.9, 10)
+        calls = [(fastmath.exp, np.exp, (0.5,)), (fastmath.exp, np.exp, (x,)),
+                 (fastmath.arctan2, np.arctan2, (x, 0.5)), (fastmath.erf, scipy.special.erf, (x,)),
+                 (fastmath.log1p, np.log1p, (np.float32(0.5),))]
+        wants = [ref(*args) for _, ref, args in calls]
+        bad, stop = [], threading.Event()
+
+        def work():
+            while not stop.is_set():
+                for (ours, _, args), want in zip(calls, wants):
+                    got = ours(*args)
+                    if type(got) is not type(want) or not np.array_equal(got, want):
+                        bad.append((ours, args, got))
+
+        def scoped():
+            while not stop.is_set():
+                with fastmath.backend("numpy"):
+                    for ours, _, args in calls:
+                        ours(*args)
+
+        threads = [threading.Thread(target=work) for _ in range(3)] + [threading.Thread(target=scoped)]
+        for t in threads:
+            t.start()
+        for i in range(300):
+            fastmath.set_backend("numpy" if i % 2 else "auto")
+            _ufunc._forget_small()
+        fastmath.set_backend("auto")
+        stop.set()
+        for t in threads:
+            t.join(60)
+        print("BAD", bad[:3]) if bad else print("OK")
+    """
+    r = _python(code)
+    assert r.stdout.strip() == "OK", (r.stdout, r.stderr)
