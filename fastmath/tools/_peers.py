@@ -5,7 +5,11 @@ NumPy/SciPy (the reference), fastmath's ``auto``, numexpr, torch allocating its 
 and torch writing into a NumPy-allocated one, mkl_umath, numba's
 ``@vectorize(target="parallel")``, and ``jax.jit`` with the copies to and from JAX counted.
 Each peer's time is the median of interleaved rounds (a noisy neighbour slows every peer
-alike), each with its largest distance in ULPs from the reference. A peer that is not
+alike), each with its largest distance in ULPs from the reference. Every column's batch
+starts once the process has gone quiet (:func:`quiesce`): the peers' thread pools live in
+this one process, and a pool that keeps spinning after its call (Intel OpenMP, under
+mkl_umath, spins 200 ms by default) would otherwise hold a core through the next
+columns' batches, each peer timed on whatever cores the one before it left free. A peer that is not
 installed, or has no such function, is left out of the cell. logsumexp has its own peers:
 SciPy, the plain NumPy expression ``m + log(sum(exp(a - m)))``, torch, numexpr, numba and
 jax.
@@ -24,6 +28,11 @@ SIZES = (10**5, 10**7)
 LSE_CASES = ((1000,), None), ((10**5,), None), ((10**7,), None), ((3000, 3000), None), \
     ((3000, 3000), 0)
 TARGET = 0.02  # seconds per timed sample
+# quiesce(): the process counts as quiet when its threads together use less than this
+# share of one core (the waiting thread's own polling is well below it)...
+QUIET = 0.05
+# ... over one interval of this many seconds, waiting at most LIMIT in all.
+INTERVAL, LIMIT = 0.01, 1.0
 
 
 def _input(name, shape, dtype, rng):
@@ -227,12 +236,32 @@ def max_ulps(result, expected) -> float:
     return float(d.max()) if d.size else 0.0
 
 
-def measure(cols, x, rounds, target=TARGET):
-    """Median seconds per call of each column (rounds interleaved) and its max ULP error."""
+def quiesce(limit=LIMIT) -> float:
+    """Wait until no thread of this process computes; return the seconds waited.
+
+    Each peer is timed as its users would run it, its own pool's settings untouched, but
+    not on cores that another peer's idle pool still spins on: after its call, an OpenMP
+    pool waits actively for the next one (GNU OpenMP briefly, Intel's 200 ms), and
+    fastmath's pool would read a spinning neighbour as a busy core and run on one thread.
+    """
+    start = time.perf_counter()
+    while True:
+        cpu, wall = time.process_time(), time.perf_counter()
+        time.sleep(INTERVAL)
+        now = time.perf_counter()
+        if time.process_time() - cpu < QUIET * (now - wall) or now - start >= limit:
+            return now - start
+
+
+def measure(cols, x, rounds, target=TARGET, quiet=True):
+    """Median seconds per call of each column (rounds interleaved) and its max ULP error;
+    ``quiet``: each batch starts once the process is quiet (:func:`quiesce`)."""
     results = {}
     reps = {}
     for label, fn in cols:  # warm up (compiles, lazy imports, pools) and size the repeats
         results[label] = fn(x)
+        if quiet:
+            quiesce()
         t = time.perf_counter()
         fn(x)
         reps[label] = max(1, min(10_000, int(target / max(time.perf_counter() - t, 1e-7))))
@@ -242,6 +271,8 @@ def measure(cols, x, rounds, target=TARGET):
     samples = {label: [] for label, _ in cols}
     for _ in range(rounds):
         for label, fn in cols:
+            if quiet:
+                quiesce()
             n = reps[label]
             t = time.perf_counter()
             for _ in range(n):
