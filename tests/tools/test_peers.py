@@ -98,3 +98,14 @@ def test_quiesce_gives_up_after_its_limit_and_is_quick_when_quiet():
     finally:
         t.join()
     assert _peers.quiesce() < 0.2
+
+
+def test_the_fastest_peer_is_the_fastest_within_the_rows_ulp_bound():
+    times = {"numpy/scipy": 5.0, "fastmath auto": 2.0, "jax.jit": 1.0, "torch": 3.0}
+    errors = {"numpy/scipy": 0, "fastmath auto": 1, "jax.jit": 7, "torch": 1}
+    assert _peers.fastest(times, errors, 2) == ("torch", 3.0)
+    assert _peers.fastest(times, errors, 7) == ("jax.jit", 1.0)
+    errors["torch"] = 3
+    assert _peers.fastest(times, errors, 2) == ("numpy/scipy", 5.0)
+    assert _peers.ulp_bound("erf", "float32") == 2  # the registry row's, per dtype
+    assert _peers.ulp_bound("erf", "float64") == 4
