@@ -137,6 +137,12 @@ class TorchBackend:
 
         return kernel(self, spec, _torch)
 
+    @property
+    def own_threads(self):
+        """``f(size)``: whether torch's own CPU threads share a call of ``size`` elements
+        (None off the CPU); ``auto`` times those calls (dispatch/_parallel.OwnThreads)."""
+        return None if self.streamed else _threaded
+
     _dev = None
 
     @property
@@ -145,6 +151,15 @@ class TorchBackend:
         if self._dev is None:
             self._dev = _stream.Device(_torch, self.device)
         return self._dev
+
+
+# torch's parallel loops split an elementwise call only past this many elements
+# (at::internal::GRAIN_SIZE); a smaller one runs on the calling thread alone.
+GRAIN = 32768
+
+
+def _threaded(size) -> bool:
+    return size > GRAIN and _torch.get_num_threads() > 1
 
 
 class _Streamed:

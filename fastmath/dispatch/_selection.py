@@ -13,7 +13,7 @@ import functools
 import inspect
 import warnings
 
-from . import _calibration, _config, _log
+from . import _calibration, _config, _log, _parallel
 from .. import backends
 from ._config import BACKEND_NAMES, canonical
 
@@ -286,12 +286,23 @@ def _kernel(name, spec):
     return None if b.why_unavailable() is not None else b.kernel(spec)
 
 
+def _auto_kernel(name, kernel, spec):
+    """``kernel`` as ``auto`` runs it: one that runs on its library's own threads is held
+    to the busy-core rule of fastmath's pool (_parallel.OwnThreads). Elsewhere the user chose
+    the backend, and it runs as it is."""
+    splits = getattr(backends.get(name), "own_threads", None)
+    if splits is None or spec.kind not in ("unary", "binary", "elementwise"):
+        return kernel
+    return _parallel.OwnThreads(kernel, splits)
+
+
 def _build(sel, spec, dtype):
     if sel == "auto":
         rows = []
         for min_size, names in _calibration.rows(spec.name, dtype):
             # no names: the reference itself measured fastest at these sizes
-            chain = tuple((n, k) for n in dict.fromkeys(names + ("numpy",))
+            chain = tuple((n, _auto_kernel(n, k, spec))
+                          for n in dict.fromkeys(names + ("numpy",))
                           if (k := _kernel(n, spec)) is not None) if names else ()
             rows.append((min_size, chain))
         return tuple(reversed(rows))

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import fastmath
+from fastmath._registry import BY_NAME
 from fastmath.dispatch import _parallel
+from helpers import ulp_distance
 
 
 @pytest.fixture(autouse=True)
@@ -89,3 +91,87 @@ def test_logsumexp_gives_the_same_bits_on_one_thread_and_on_the_pool(axis, monke
             got[threads] = fastmath.logsumexp(x, axis=axis)
     np.testing.assert_array_equal(got[1], got[2])
     np.testing.assert_array_equal(got[1], got[3])
+
+
+# --- kernels on their library's own threads (torch's OpenMP) under auto -------------------
+
+def _ran_on(calls):
+    """The backend that ran each of ``calls`` (fastmath's DEBUG log), in order."""
+    import logging
+
+    from fastmath.dispatch import _log
+
+    ran = []
+
+    class Probe(logging.Handler):
+        def emit(self, record):
+            if getattr(record, "ran_on", None) is not None:
+                ran.append(record.ran_on)
+    probe, old = Probe(logging.DEBUG), _log.logger.level
+    _log.logger.addHandler(probe)
+    _log.logger.setLevel(logging.DEBUG)
+    _log.refresh()
+    try:
+        results = [call() for call in calls]
+    finally:
+        _log.logger.removeHandler(probe)
+        _log.logger.setLevel(old)
+        _log.refresh()
+    return ran, results
+
+
+def _torch_first_for_erf():
+    from fastmath.dispatch import _selection
+
+    chain = _selection.plan(BY_NAME["erf"], "float64", 10**5)
+    if not chain or chain[0][0] != "torch-cpu" or len(chain) < 2:
+        pytest.skip("auto does not run erf on torch-cpu first here")
+    return chain[1][0]
+
+
+def test_auto_skips_torchs_own_threads_while_splitting_is_losing():
+    import scipy.special
+
+    after = _torch_first_for_erf()
+    x = np.linspace(-3, 3, 10**5)
+    c = _parallel.contention
+    c.left = 1  # as a lost split leaves it: the next call runs on one thread
+    ran, results = _ran_on([lambda: fastmath.erf(x)])
+    assert ran == [after]
+    c.left = 0  # the pause is over (the call above may have judged a split of its own)
+    ran, more = _ran_on([lambda: fastmath.erf(x)])
+    assert ran == ["torch-cpu"]
+    for r in results + more:  # within the erf row's float64 bound
+        assert ulp_distance(r, scipy.special.erf(x)).max() <= BY_NAME["erf"].ulp[1]
+    c.left = 1
+    with fastmath.backend("torch-cpu"):  # the user's own choice stands
+        assert _ran_on([lambda: fastmath.erf(x)])[0] == ["torch-cpu"]
+    # below torch's grain its threads take no part: nothing to judge, nothing skipped
+    assert _ran_on([lambda: fastmath.erf(x[:10**4])])[0] == ["torch-cpu"]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
+def test_torch_calls_that_lose_to_a_busy_core_send_auto_elsewhere():
+    # two torch threads on one core: a split that cannot win, as with a busy core
+    import subprocess
+    import sys
+
+    _torch_first_for_erf()
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "import logging, numpy as np, fastmath\n"
+        "from fastmath.dispatch import _parallel\n"
+        "ran = []\n"
+        "class H(logging.Handler):\n"
+        "    def emit(self, r): ran.append(getattr(r, 'ran_on', None))\n"
+        "log = logging.getLogger('fastmath'); log.addHandler(H()); log.setLevel(10)\n"
+        "x = np.linspace(-3, 3, 2 * 10**6)\n"
+        "for _ in range(12): fastmath.erf(x)\n"
+        "ran = [r for r in ran if r]\n"
+        "print(ran.count('torch-cpu'), len(ran), _parallel.contention.skip)\n")
+    env = dict(__import__("os").environ, FASTMATH_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    on_torch, calls, skip = map(int, r.stdout.split()[-3:])
+    assert calls == 12 and on_torch < 6 and skip > _parallel._Contention.FIRST
