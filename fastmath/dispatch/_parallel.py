@@ -184,6 +184,7 @@ class _Contention:
 
 
 contention = _Contention()
+own_contention = _Contention()  # for kernels on their library's own threads (OwnThreads)
 
 
 class OwnThreads:
@@ -195,9 +196,10 @@ class OwnThreads:
     for a scheduler slice (torch's erf of 10^5 float64 took 14.5 ms, SciPy's 3.5 ms, on the
     2-core AMD EPYC with two other jobs running). Each call its library splits is timed as
     a split of the pool is, the process's CPU time standing in for the tasks' (spinning
-    threads included), and while splitting is losing (:class:`_Contention`) the kernel
-    declines: the next backend in line runs the call, on one thread as ``threads_now``
-    says. ``splits(size)``: whether the library's own threads take a call of that size.
+    threads included), and while such splits are losing (a :class:`_Contention` of their
+    own: the pool's dynamic chunks still win where equal parts lose) the kernel declines,
+    and the next backend in line runs the call. ``splits(size)``: whether the library's
+    own threads take a call of that size.
     """
 
     __slots__ = ("kernel", "splits")
@@ -208,12 +210,12 @@ class OwnThreads:
     def __call__(self, *args):
         if not self.splits(args[-1].size) or threads() < 2:
             return self.kernel(*args)
-        if not contention.split_now():
+        if not own_contention.split_now():
             return NotImplemented
         cpu, start = time.process_time(), time.perf_counter()
         result = self.kernel(*args)
         if result is not NotImplemented:
-            contention.record(time.perf_counter() - start, time.process_time() - cpu)
+            own_contention.record(time.perf_counter() - start, time.process_time() - cpu)
         return result
 
 

@@ -18,6 +18,7 @@ def fresh(monkeypatch):
     if _parallel.threads() < 2:
         pytest.skip("one thread: nothing is ever split")
     monkeypatch.setattr(_parallel, "contention", _parallel._Contention())
+    monkeypatch.setattr(_parallel, "own_contention", _parallel._Contention())
 
 
 def waiting_tasks(n=4, seconds=0.01):
@@ -134,11 +135,11 @@ def test_auto_skips_torchs_own_threads_while_splitting_is_losing():
 
     after = _torch_first_for_erf()
     x = np.linspace(-3, 3, 10**5)
-    c = _parallel.contention
-    c.left = 1  # as a lost split leaves it: the next call runs on one thread
+    c = _parallel.own_contention
+    c.left = 1  # as a lost split of torch's leaves it
     ran, results = _ran_on([lambda: fastmath.erf(x)])
     assert ran == [after]
-    c.left = 0  # the pause is over (the call above may have judged a split of its own)
+    assert c.left == 0  # the pause is over
     ran, more = _ran_on([lambda: fastmath.erf(x)])
     assert ran == ["torch-cpu"]
     for r in results + more:  # within the erf row's float64 bound
@@ -168,7 +169,7 @@ def test_torch_calls_that_lose_to_a_busy_core_send_auto_elsewhere():
         "x = np.linspace(-3, 3, 2 * 10**6)\n"
         "for _ in range(12): fastmath.erf(x)\n"
         "ran = [r for r in ran if r]\n"
-        "print(ran.count('torch-cpu'), len(ran), _parallel.contention.skip)\n")
+        "print(ran.count('torch-cpu'), len(ran), _parallel.own_contention.skip)\n")
     env = dict(__import__("os").environ, FASTMATH_NUM_THREADS="2")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=300, env=env)
