@@ -153,9 +153,10 @@ class TorchBackend:
         return self._dev
 
 
-# torch's parallel loops split an elementwise call only past this many elements
-# (at::internal::GRAIN_SIZE); a smaller one runs on the calling thread alone.
-GRAIN = 32768
+# The smallest call torch's threads may share: its loops over VML (erf among them) split
+# past 2048 elements (aten/src/ATen/cpu/vml.h), its other loops past 32768
+# (at::internal::GRAIN_SIZE); erf of 10^4 elements used 1.3 cores' time.
+GRAIN = 2048
 
 
 def _threaded(size) -> bool:
