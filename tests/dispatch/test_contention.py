@@ -18,7 +18,7 @@ def fresh(monkeypatch):
     if _parallel.threads() < 2:
         pytest.skip("one thread: nothing is ever split")
     monkeypatch.setattr(_parallel, "contention", _parallel._Contention())
-    monkeypatch.setattr(_parallel, "own_contention", _parallel._Contention())
+    monkeypatch.setattr(_parallel, "own_contention", _parallel._OwnContention())
 
 
 def waiting_tasks(n=4, seconds=0.01):
@@ -158,7 +158,7 @@ def test_a_losing_torch_call_pauses_torchs_threads():
     c.record(wall=4e-3, cpu=1e-3)  # a busy core held a part for milliseconds
     assert c.left == c.FIRST
     fastmath.erf(x, out=out)
-    assert c.left == c.FIRST - 1
+    assert c.left == c.FIRST - 1 > 0
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
@@ -179,4 +179,4 @@ def test_torch_calls_that_lose_to_a_busy_core_are_judged_lost():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=300, env=env)
     assert r.returncode == 0, r.stderr
-    assert int(r.stdout.split()[-1]) > _parallel._Contention.FIRST
+    assert int(r.stdout.split()[-1]) > _parallel._OwnContention.FIRST
