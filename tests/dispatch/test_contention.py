@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import fastmath
+from fastmath._registry import BY_NAME
 from fastmath.dispatch import _parallel
+from helpers import ulp_distance
 
 
 @pytest.fixture(autouse=True)
@@ -16,6 +18,7 @@ def fresh(monkeypatch):
     if _parallel.threads() < 2:
         pytest.skip("one thread: nothing is ever split")
     monkeypatch.setattr(_parallel, "contention", _parallel._Contention())
+    monkeypatch.setattr(_parallel, "own_contention", _parallel._OwnContention())
 
 
 def waiting_tasks(n=4, seconds=0.01):
@@ -89,3 +92,91 @@ def test_logsumexp_gives_the_same_bits_on_one_thread_and_on_the_pool(axis, monke
             got[threads] = fastmath.logsumexp(x, axis=axis)
     np.testing.assert_array_equal(got[1], got[2])
     np.testing.assert_array_equal(got[1], got[3])
+
+
+# --- kernels on their library's own threads (torch's OpenMP) under auto -------------------
+
+def _erf_chain(dtype="float64"):
+    """auto's chain for erf at 10^5 elements, if torch-cpu's own threads lead it."""
+    from fastmath.dispatch import _selection
+
+    chain = _selection.plan(BY_NAME["erf"], dtype, 10**5)
+    if not chain or not isinstance(chain[0][1], _parallel.OwnThreads):
+        pytest.skip("auto does not run erf on torch-cpu's own threads first here")
+    return chain
+
+
+class Counted:
+    """Counts the calls of a kernel it passes through (what ran, not a stand-in)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.calls = kernel, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.kernel(*args)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_while_torchs_splits_lose_the_next_kernel_computes_the_same_bits(dtype):
+    (name, guarded), (after, then) = _erf_chain(dtype)[:2]
+    assert (name, after) == ("torch-cpu", "mkl")
+    own, nxt = Counted(guarded.kernel), Counted(then)
+    k = _parallel.OwnThreads(own, guarded.splits, nxt)
+    x = BY_NAME["erf"].sample(10**5, dtype, np.random.default_rng(1))[0]
+    outs = [np.empty_like(x) for _ in range(3)]
+    c = _parallel.own_contention
+    c.left = 1  # as a lost split of torch's leaves it
+    k(x, outs[0])
+    assert (own.calls, nxt.calls, c.left) == (0, 1, 0)
+    k(x, outs[1])  # the pause is over: torch's threads again, the call timed
+    assert (own.calls, nxt.calls) == (1, 1)
+    c.left = 1
+    k(x[::2], outs[2][::2])  # a strided input mkl declines: torch computes it after all
+    assert (own.calls, nxt.calls) == (2, 2)
+    assert outs[0].tobytes() == outs[1].tobytes()
+    assert outs[2][::2].tobytes() == outs[0][::2].tobytes()
+
+
+def test_only_a_next_kernel_with_the_same_bits_takes_over():
+    from fastmath.dispatch import _selection
+
+    for spec in (BY_NAME["erf"], BY_NAME["sin"]):
+        for dtype in ("float32", "float64"):
+            for _, chain in _selection._build("auto", spec, dtype):
+                for i, (name, k) in enumerate(chain):
+                    if isinstance(k, _parallel.OwnThreads):
+                        assert _selection._same_bits(k.kernel, k.then, spec, dtype)
+                        assert k.then is chain[i + 1][1]
+
+
+def test_a_losing_torch_call_pauses_torchs_threads():
+    _erf_chain()
+    c = _parallel.own_contention
+    x = np.linspace(-3, 3, 10**5)
+    out = np.empty_like(x)
+    c.record(wall=4e-3, cpu=1e-3)  # a busy core held a part for milliseconds
+    assert c.left == c.FIRST
+    fastmath.erf(x, out=out)
+    assert c.left == c.FIRST - 1 > 0
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
+def test_torch_calls_that_lose_to_a_busy_core_are_judged_lost():
+    # two torch threads on one core: a split that cannot win, as with a busy core
+    import subprocess
+    import sys
+
+    _erf_chain()
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "import numpy as np, fastmath\n"
+        "from fastmath.dispatch import _parallel\n"
+        "x = np.linspace(-3, 3, 2 * 10**6)\n"
+        "for _ in range(12): fastmath.erf(x)\n"
+        "print(_parallel.own_contention.skip)\n")
+    env = dict(__import__("os").environ, FASTMATH_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) > _parallel._OwnContention.FIRST

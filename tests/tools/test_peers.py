@@ -58,3 +58,54 @@ def test_max_ulps_is_a_distance():
     a = np.array([1.0, 2.0], np.float32)
     assert _peers.max_ulps(a, a) == 0
     assert _peers.max_ulps(np.nextafter(a, np.float32(3)), a) == 1
+
+
+def _burn(seconds, done):
+    """Compute in NumPy (without the GIL, as a pool's thread would) for ``seconds``."""
+    import time
+
+    a = np.ones(1 << 16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        np.exp(a, out=a)
+        np.log(a, out=a)
+    done.append(time.perf_counter())
+
+
+def test_quiesce_waits_for_the_process_threads_to_stop_computing():
+    import threading
+    import time
+
+    done = []
+    t = threading.Thread(target=_burn, args=(0.3, done))
+    t.start()
+    time.sleep(0.02)
+    waited = _peers.quiesce()
+    returned = time.perf_counter()
+    t.join()
+    assert done and done[0] <= returned and waited >= 0.2
+
+
+def test_quiesce_gives_up_after_its_limit_and_is_quick_when_quiet():
+    import threading
+
+    done = []
+    t = threading.Thread(target=_burn, args=(1.5, done))
+    t.start()
+    try:
+        waited = _peers.quiesce(limit=0.2)
+        assert 0.2 <= waited < 0.6 and not done
+    finally:
+        t.join()
+    assert _peers.quiesce() < 0.2
+
+
+def test_the_fastest_peer_is_the_fastest_within_the_rows_ulp_bound():
+    times = {"numpy/scipy": 5.0, "fastmath auto": 2.0, "jax.jit": 1.0, "torch": 3.0}
+    errors = {"numpy/scipy": 0, "fastmath auto": 1, "jax.jit": 7, "torch": 1}
+    assert _peers.fastest(times, errors, 2) == ("torch", 3.0)
+    assert _peers.fastest(times, errors, 7) == ("jax.jit", 1.0)
+    errors["torch"] = 3
+    assert _peers.fastest(times, errors, 2) == ("numpy/scipy", 5.0)
+    assert _peers.ulp_bound("erf", "float32") == 2  # the registry row's, per dtype
+    assert _peers.ulp_bound("erf", "float64") == 4
