@@ -2,12 +2,12 @@
 
 Where ``patch()`` swaps Python objects (reaching only code that looks a name up),
 ``patch(mode="loops")`` replaces the float32/float64 inner loops inside NumPy's ufuncs and
-the accelerated SciPy ufuncs, with the comparisons and predicates (``x > 0``, ``isnan``)
-of those floats and the logical loops of bool masks (see fastmath/integrations/_loops.c): operators (``a * b``, ``x ** 2``),
-names bound at import, copied namespaces and ``__array_ufunc__`` routes (pandas, xarray)
-all reach it. Each long run is split over a native thread pool, every piece computed by
-the original loop, so results are NumPy's bit for bit; short runs call the original
-loop directly.
+the accelerated SciPy ufuncs, the comparisons and predicates of those floats (``x > 0``,
+``isnan``) and the logical loops of bool masks (see fastmath/integrations/_loops.c):
+operators (``a * b``, ``x ** 2``), names bound at import, copied namespaces and
+``__array_ufunc__`` routes (pandas, xarray) all reach it. Each long run is split over a
+native thread pool, every piece computed by the original loop, so results are NumPy's bit
+for bit; short runs call the original loop directly.
 
 How long is long depends on the loop's cost: a memory-bound loop (add, multiply) gains
 from a second core only on large runs, a special function on small ones. ``cost`` below
