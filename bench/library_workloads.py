@@ -145,8 +145,8 @@ def _what_ran(fn, state, mode) -> str:
         after = _loopmode.counts()
         split = {k: v[1] - before.get(k, (0, 0))[1] for k, v in after.items()}
         split = {k.split()[0]: v for k, v in split.items() if v}
-        return ", ".join(f"{k} x{v}" for k, v in sorted(split.items(), key=lambda kv: -kv[1])[:6]) \
-            or "no loop long enough to split"
+        most = sorted(split.items(), key=lambda kv: -kv[1])[:10]
+        return ", ".join(f"{k} x{v}" for k, v in most) or "no loop long enough to split"
     seen = Counter()
 
     def profile(frame, event, arg):

@@ -35,12 +35,16 @@ def cases():
     x1k = np.linspace(0.1, 1, 1000)
     x3, x0 = x10[:3], np.array(0.3)
     x1k32 = x1k.astype(np.float32)
+    m10 = x10 > 0.5
     return {
         "np.exp, 10 float64": lambda: np.exp(x10),
         "x + y, 10 float64": lambda: x10 + y10,
         "x * 2.0, 10 float64": lambda: x10 * 2.0,
         "x * x, 3 float64": lambda: x3 * x3,
         "np.log, 0-d float64": lambda: np.log(x0),
+        "x > 0.5, 10 float64": lambda: x10 > 0.5,
+        "np.isnan, 10 float64": lambda: np.isnan(x10),
+        "m & m, 10 bool": lambda: m10 & m10,
         "np.exp, 1000 float64": lambda: np.exp(x1k),
         "np.log, 1000 float32": lambda: np.log(x1k32),
         "erf, 1000 float64": lambda: scipy.special.erf(x1k),

@@ -2,11 +2,12 @@
 
 Where ``patch()`` swaps Python objects (reaching only code that looks a name up),
 ``patch(mode="loops")`` replaces the float32/float64 inner loops inside NumPy's ufuncs and
-the accelerated SciPy ufuncs (see fastmath/integrations/_loops.c): operators (``a * b``, ``x ** 2``),
-names bound at import, copied namespaces and ``__array_ufunc__`` routes (pandas, xarray)
-all reach it. Each long run is split over a native thread pool, every piece computed by
-the original loop, so results are NumPy's bit for bit; short runs call the original
-loop directly.
+the accelerated SciPy ufuncs, the comparisons and predicates of those floats (``x > 0``,
+``isnan``) and the logical loops of bool masks (see fastmath/integrations/_loops.c):
+operators (``a * b``, ``x ** 2``), names bound at import, copied namespaces and
+``__array_ufunc__`` routes (pandas, xarray) all reach it. Each long run is split over a
+native thread pool, every piece computed by the original loop, so results are NumPy's bit
+for bit; short runs call the original loop directly.
 
 How long is long depends on the loop's cost: a memory-bound loop (add, multiply) gains
 from a second core only on large runs, a special function on small ones. ``cost`` below
@@ -28,9 +29,16 @@ _CHEAP = {"add", "subtract", "multiply", "divide", "true_divide", "negative", "p
           "copysign", "floor", "ceil", "trunc", "rint", "sign", "signbit", "nextafter",
           "spacing", "heaviside", "ldexp", "conjugate", "conj", "floor_divide",
           "remainder", "mod", "fmod", "divmod", "modf", "frexp", "deg2rad", "rad2deg",
-          "degrees", "radians", "logical_not"}
+          "degrees", "radians", "logical_not", "greater", "greater_equal", "less",
+          "less_equal", "equal", "not_equal", "isnan", "isinf", "isfinite", "logical_and",
+          "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "invert"}
 _CHEAP_COST = 0.25
 _FLOATS = set("fd")
+# ufuncs whose all-bool loops are reached too: the masks that scipy.stats and other array
+# code combine. NumPy's loop for a mask and a 0-d bool (``mask & (scale > 0)``) is scalar
+# code, about 0.7 ns an element here, and halves on two threads.
+_BOOLEAN = {"logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and",
+            "bitwise_or", "bitwise_xor", "invert"}
 
 _slots: list = []  # (ufunc, types, slot) installed
 _known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
@@ -70,16 +78,25 @@ def _ufuncs():
     return list(seen.values())
 
 
+def _reached(ufunc, types) -> bool:
+    """Whether the loop mode splits this loop: inputs all float32 or all float64, outputs of
+    that type or bool (comparisons, isnan, ...), or a logical ufunc's all-bool loop."""
+    ins, outs = types.split("->")
+    if len(set(ins)) != 1:
+        return False
+    if ins[0] in _FLOATS:
+        return set(outs) in ({ins[0]}, {"?"})
+    return ins[0] == "?" and set(outs) == {"?"} and ufunc.__name__ in _BOOLEAN
+
+
 def _targets():
-    """(ufunc, loop index, types, cost, is it NumPy's): every all-float32 or all-float64
-    elementwise loop."""
+    """(ufunc, loop index, types, cost, is it NumPy's): every loop :func:`_reached` names."""
     out = []
     for ufunc, cost, numpys in _ufuncs():
         if ufunc.signature is not None or ufunc.nargs > 4:
             continue
         for index, types in enumerate(ufunc.types):
-            chars = types.replace("->", "")
-            if len(set(chars)) == 1 and chars[0] in _FLOATS:
+            if _reached(ufunc, types):
                 out.append((ufunc, index, types, cost, numpys))
     return out
 

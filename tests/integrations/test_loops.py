@@ -219,7 +219,9 @@ def test_install_and_remove_while_eight_threads_compute():
         import threading, numpy, fastmath
         rng = numpy.random.default_rng(0)
         xs = [rng.standard_normal(n) for n in (10, 5000, 200_000, 700_000)]
-        expected = [(numpy.exp(x), x * x + 1.0, numpy.log1p(numpy.abs(x))) for x in xs]
+        def compute(x):  # float loops, a comparison and a mask loop (bool outputs)
+            return numpy.exp(x), x * x + 1.0, numpy.log1p(numpy.abs(x)), (x > 0.5) & (x < 2)
+        expected = [compute(x) for x in xs]
         stop = threading.Event()
         bad = []
         def work(k):
@@ -227,7 +229,7 @@ def test_install_and_remove_while_eight_threads_compute():
             while not stop.is_set():
                 j = (i + k) % len(xs)
                 x = xs[j]
-                got = (numpy.exp(x), x * x + 1.0, numpy.log1p(numpy.abs(x)))
+                got = compute(x)
                 for g, e in zip(got, expected[j]):
                     if g.tobytes() != e.tobytes():
                         bad.append(j)
@@ -340,3 +342,75 @@ def test_large_outputs_numpy_allocates_under_the_loops_reuse_mapped_memory():
         pytest.skip("this C library has no mallopt")
     # 80 MB freshly mapped by NumPy is 19532 faults in 4 KiB pages, 40 or more in huge pages
     assert int(faults) < 20
+
+
+# Loops with a bool output (comparisons, isnan, ...) or all-bool loops (mask & mask): their
+# operands have different item sizes, so each piece's pointers must step by each operand's
+# own stride.
+MASK_LOOPS = sorted(f"{u.__name__} {t}" for u, _, t, _, _ in _loopmode._targets() if "?" in t)
+
+
+def _mask_operands(types, n, shift):
+    """Inputs for the loop ``types``: floats with NaN, infinities, signed zeros and ties, or
+    random bools; ``shift`` makes the second input a copy of the first shifted (ties)."""
+    out = []
+    for c in types.split("->")[0]:
+        if c == "?":
+            out.append(RNG.random(n) < 0.5)
+            continue
+        x = (RNG.standard_normal(n) * 3).astype(c)
+        x[::89] = numpy.array([numpy.nan, numpy.inf, -numpy.inf, 0.0, -0.0, 1e-40, 1.5])[
+            numpy.arange(x[::89].size) % 7]
+        if out and shift:
+            x[::3] = numpy.roll(out[0], shift)[::3]  # equal pairs, NaN against NaN included
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("key", MASK_LOOPS)
+def test_bool_output_and_mask_loops_bitwise_numpys(key):
+    name, types = key.split()
+    ufunc = getattr(numpy, name)
+    n = 1_000_003  # several pieces, the last one short, none on an 8-byte boundary
+    assert n > _loopmode._sizes(_loopmode._CHEAP_COST, True)[0]
+    full = _mask_operands(types, 2 * n + 1, shift=0)
+    cases = {
+        "contiguous": [a[:n] for a in full],
+        "strided": [a[::2] for a in full],
+        "reversed": [a[n - 1::-1] for a in full],
+        "offset by one": [a[1:n + 1] for a in full],
+        "0-d second": [full[0][:n]] + [numpy.asarray(a[5]) for a in full[1:]],
+        "small": [a[:1000] for a in full],
+    }
+    out_buf = numpy.zeros(n + 3, bool)
+    for case, args in cases.items():
+        before = _split_calls(key)
+        with numpy.errstate(all="ignore"):
+            plain, patched = _both(lambda: ufunc(*args))
+            if case == "offset by one":  # an output not on any boundary either
+                out_buf[:] = False
+                ufunc(*args, out=out_buf[3:])
+                plain_out = out_buf.copy()
+                with fastmath.patch(mode="loops"):
+                    out_buf[:] = False
+                    ufunc(*args, out=out_buf[3:])
+                _bitwise(plain_out, out_buf)
+        assert patched.dtype == bool
+        _bitwise(plain, patched)
+        split = _split_calls(key) > before
+        # every case but the small one is long enough to split (0-d: one operand of stride 0)
+        assert split == (case != "small"), (key, case)
+
+
+def test_bool_output_loops_are_restored_on_removal():
+    x = RNG.standard_normal(N)
+    masks = (x > 0, x < 1)
+    with fastmath.patch(mode="loops"):
+        keys = {f"{u.__name__} {t}" for u, t, _ in _loopmode._slots}
+        assert {"greater dd->?", "isnan f->?", "bitwise_and ??->?"} <= keys
+    before = [_split_calls(k) for k in ("greater dd->?", "isnan d->?", "bitwise_and ??->?")]
+    _bitwise(x > 0, masks[0])
+    numpy.isnan(x)
+    _ = masks[0] & masks[1]
+    after = [_split_calls(k) for k in ("greater dd->?", "isnan d->?", "bitwise_and ??->?")]
+    assert after == before  # NumPy's own loops again: nothing reaches the pool
