@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from . import _peers
+
 FUNCTIONS = ("exp", "log", "log1p", "expm1", "erf", "logsumexp")
 SIZES = (10, 1000, 10**4, 10**5, 10**6, 10**7)
 QUICK_SIZES = (10, 1000, 10**5, 10**7)
@@ -125,9 +127,25 @@ def timed_rounds(name, arg, kwargs, columns, rounds, target=TARGET):
             else:
                 with fastmath.backend(scope):
                     t = once()
+                if leaves_threads(scope):
+                    _peers.quiesce()
             if r > 1:  # the first rounds warm caches, pools, lazy imports and size the reps
                 samples[col].append(t)
     return samples
+
+
+def leaves_threads(selection) -> bool:
+    """Whether a column forced to ``selection`` may run on a library's own threads, which
+    can keep computing after the call: the next column then waits for them to stop.
+
+    torch's OpenMP threads wait for the next call actively, for milliseconds, when torch
+    was loaded before fastmath (fastmath asks for passive waiting only when it loads torch
+    itself): the column after torch's then ran with one core held by them, and fastmath's
+    pool, splitting over two threads, was timed on one.
+    """
+    from .. import backends
+
+    return selection == "auto" or getattr(backends.get(selection), "own_threads", None) is not None
 
 
 def judge(samples, size, fastest):
