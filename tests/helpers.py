@@ -1,5 +1,6 @@
 """What the tests share: the backends to test on, ULP distances and comparisons against the
 reference, the front ends a piece of code entered, and the hypothesis cases drawn."""
+import os
 import sys
 
 import numpy as np
@@ -76,3 +77,13 @@ def fastmath_calls(fn, *args, **kwargs):
     return result, seen
 
 
+
+
+def thread_free_environ(*also):
+    """``os.environ`` without thread counts and OpenMP wait settings (nor ``also``), for a
+    subprocess that must see the machine's own defaults: an earlier test's dask Nanny leaves
+    OMP_NUM_THREADS=1 and MKL_NUM_THREADS=1 in this process's environment (its
+    pre-spawn-environ), and torch takes MKL's count as its own."""
+    drop = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", *also}
+    return {k: v for k, v in os.environ.items()
+            if k not in drop and not k.endswith("_NUM_THREADS")}

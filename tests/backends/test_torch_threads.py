@@ -2,13 +2,14 @@
 (a worker that sleeps is woken on every call: erf of 10^5 float32 took twice as long) and
 go to sleep soon after the last one (a spinning worker holds a core the next call of
 fastmath's own pool needs); a user's own OpenMP settings are left as they are."""
-import os
 import subprocess
 import sys
 
 import pytest
 
 import fastmath
+
+from helpers import thread_free_environ
 
 pytestmark = pytest.mark.skipif("torch-cpu" not in fastmath.available_backends(),
                                 reason="torch is not installed")
@@ -50,11 +51,8 @@ print(torch.get_num_threads(), awake, time.perf_counter() - waited,
       os.environ.get("GOMP_SPINCOUNT"), os.environ.get("OMP_WAIT_POLICY"))
 """
 
-OMP = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "FASTMATH_NUM_THREADS")
-
-
 def run(**env):
-    base = {k: v for k, v in os.environ.items() if k not in OMP}
+    base = thread_free_environ()
     r = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
                        timeout=300, env={**base, **env})
     assert r.returncode == 0, r.stderr

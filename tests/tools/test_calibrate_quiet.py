@@ -9,6 +9,8 @@ import pytest
 
 import fastmath
 
+from helpers import thread_free_environ
+
 pytestmark = pytest.mark.skipif("torch-cpu" not in fastmath.available_backends(),
                                 reason="torch is not installed")
 
@@ -46,10 +48,8 @@ print(max(b for i, b in enumerate(busy) if columns[i % 3] == "numpy"))
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="torch runs one thread here")
 def test_column_after_torch_starts_when_its_threads_are_quiet():
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
-                                                           "OMP_NUM_THREADS")}
     r = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
-                       timeout=300, env=env)
+                       timeout=300, env=thread_free_environ())
     assert r.returncode == 0, r.stderr
     # 0.1 of a core: the sleeping thread's own wake-up and stray interpreter work; without
     # the wait, torch's spinning threads took 0.37 of a core over those 20 ms
