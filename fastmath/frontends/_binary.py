@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .._numpy import np
 
-from ._ufunc import _ONE, Ufunc, _scoped_get, _state
+from ._ufunc import Ufunc, _scoped_get, _state
 
 _ndarray = np.ndarray
 _MISSING = object()

@@ -10,7 +10,6 @@ import pytest
 import fastmath
 from fastmath._registry import BY_NAME
 from fastmath.dispatch import _parallel
-from helpers import ulp_distance
 
 
 @pytest.fixture(autouse=True)
