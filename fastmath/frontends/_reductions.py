@@ -197,9 +197,10 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         # None unless SciPy's edge cases cannot arise; the error state matters only where
         # SciPy's exp could underflow
         done = _small(a, axis, keepdims)
-        if done is not None and (not done[1] or np.geterr()["under"] == "ignore"):
-            return done[0]
-        if a.dtype in _FLOATS and np.geterr()["under"] == "ignore":
+        if done is not None:
+            if not done[1] or np.geterr()["under"] == "ignore":
+                return done[0]
+        elif a.dtype in _FLOATS and np.geterr()["under"] == "ignore":
             out = lse_finite(a, axis, keepdims)
             if out is not None:
                 return out
