@@ -171,3 +171,20 @@ def small_kernel():
             kernel = None
         _kernel = kernel if kernel is not None and agrees(kernel) else None
     return _kernel
+
+
+_blocks = False  # not looked for yet
+
+
+def block_kernel():
+    """The compiled kernel's module for partials of large arrays (``partial``, ``merge``;
+    see _lse_kernel.c), with NumPy's loops bound; None where it was not built."""
+    global _blocks
+    if _blocks is False:
+        try:
+            from . import _lse_kernel
+            _lse_kernel.bind(np.exp, np.log, np.log1p, np.add, np.maximum)
+            _blocks = _lse_kernel
+        except (ImportError, ValueError):
+            _blocks = None
+    return _blocks

@@ -179,6 +179,172 @@ DEFINE_SHIFT(double, shift_d, -708.0)
 
 DEFINE_LSE(float, lse_f, shift_f)
 DEFINE_LSE(double, lse_d, shift_d)
+#define lse_float_chunks lse_f_sum
+#define lse_double_chunks lse_d_sum
+/* --- partials of large arrays, one group of a thread pool's work per call ------------------
+ * backends/numpy.py splits a large logsumexp into groups of rows and runs them on its
+ * pool. Each group is reduced here to SciPy's decomposition (M, m, s) (backends/_lse.py):
+ * M the maximum, m the count of elements equal to it, s the sum of exp(a - M) over the
+ * others. Within a group the work goes by sub-blocks of SUB_BYTES, each read from memory
+ * once: its maximum, then its shifted values exponentiated and summed while in cache, and
+ * the sub-blocks' partials merged in order as _lse.py's lse_merge merges them. Every step
+ * that rounds is NumPy's own loop or one IEEE operation, in an order fixed by the shape
+ * alone: the same bits however many threads ran. */
+#define SUB_BYTES (1 << 17)
+
+enum { FLAT, ROWS, COLS };
+
+/* (M1, m1, s1) <- merge with (M2, m2, s2), k of each; d1, d2: scratch of k. As lse_merge. */
+#define DEFINE_MERGE(T, NAME)                                                              \
+    static void NAME(const Loop *lp, T *M1, T *m1, T *s1, const T *M2, const T *m2,       \
+                     const T *s2, npy_intp k, T *d1, T *d2)                               \
+    {                                                                                   \
+        for (npy_intp j = 0; j < k; j++) {                                              \
+            T M = M1[j] > M2[j] ? M1[j] : M2[j];                                        \
+            d1[j] = M1[j] == M ? 0 : M1[j] - M;                                         \
+            d2[j] = M2[j] == M ? 0 : M2[j] - M;                                         \
+        }                                                                               \
+        run1(&lp[EXP], (char *)d1, (char *)d1, k, sizeof(T));                           \
+        run1(&lp[EXP], (char *)d2, (char *)d2, k, sizeof(T));                           \
+        for (npy_intp j = 0; j < k; j++) {                                              \
+            T M = M1[j] > M2[j] ? M1[j] : M2[j];                                        \
+            int t1 = M1[j] == M, t2 = M2[j] == M;                                       \
+            T m = (t1 ? m1[j] : 0) + (t2 ? m2[j] : 0);                                  \
+            T s = (t1 ? s1[j] : (m1[j] + s1[j]) * d1[j])                                \
+                  + (t2 ? s2[j] : (m2[j] + s2[j]) * d2[j]);                             \
+            M1[j] = M, m1[j] = m, s1[j] = s;                                            \
+        }                                                                               \
+    }
+
+/* e[i] = a[i] - M[i] with a[i] == M[i] counted into c[i] and its term left out; returns
+ * whether every M[i] is finite. */
+#define DEFINE_SHIFTV(T, NAME)                                                             \
+    WIDEST static void NAME(const T *restrict a, const T *restrict M, npy_intp n,          \
+                            T *restrict e, T *restrict c)                               \
+    {                                                                                   \
+        for (npy_intp i = 0; i < n; i++) {                                              \
+            T d = a[i] - M[i];                                                          \
+            c[i] += d == 0;                                                             \
+            e[i] = d == 0 ? (T)-INFINITY : d;                                           \
+        }                                                                               \
+    }
+
+/* M[j] = max(M[j], a[r][j]) over `rows` rows of n (a NaN sticks, as in NumPy's maximum),
+ * and s[j] += e[r][j] row after row: single IEEE operations, vectorised along a row. */
+#define DEFINE_ROWLOOPS(T, RAISE, ADDROWS)                                                 \
+    WIDEST static void RAISE(const T *restrict a, npy_intp rows, npy_intp n, T *restrict M) \
+    {                                                                                   \
+        for (npy_intp r = 0; r < rows; r++) {                                           \
+            const T *row = a + r * n;                                                   \
+            for (npy_intp j = 0; j < n; j++) {                                          \
+                M[j] = (row[j] > M[j] || row[j] != row[j]) ? row[j] : M[j];             \
+            }                                                                           \
+        }                                                                               \
+    }                                                                                   \
+    WIDEST static void ADDROWS(const T *restrict e, npy_intp rows, npy_intp n,          \
+                               T *restrict s)                                           \
+    {                                                                                   \
+        for (npy_intp r = 0; r < rows; r++) {                                           \
+            const T *row = e + r * n;                                                   \
+            for (npy_intp j = 0; j < n; j++) {                                          \
+                s[j] += row[j];                                                         \
+            }                                                                           \
+        }                                                                               \
+    }
+
+#define DEFINE_PARTIAL(T, NAME, SHIFT, SHIFTV, MERGE, RAISE, ADDROWS)                      \
+    DEFINE_MERGE(T, MERGE)                                                              \
+    DEFINE_SHIFTV(T, SHIFTV)                                                            \
+    DEFINE_ROWLOOPS(T, RAISE, ADDROWS)                                                  \
+                                                                                        \
+    /* (M, m, s) of `n` contiguous values, by sub-blocks. */                            \
+    static int NAME##_flat(const Loop *lp, const T *a, npy_intp n, T *M, T *m, T *s,     \
+                           T *e)                                                        \
+    {                                                                                   \
+        const npy_intp sub = SUB_BYTES / sizeof(T);                                     \
+        int low = 0;                                                                    \
+        for (npy_intp i = 0; i < n; i += sub) {                                         \
+            npy_intp len = n - i < sub ? n - i : sub, c = 0;                            \
+            T Mb = a[i], d1, d2;                                                        \
+            if (len > 1) {                                                              \
+                reduce(&lp[MAXIMUM], (char *)&Mb, (char *)(a + i + 1), len - 1, sizeof(T)); \
+            }                                                                           \
+            if (!(Mb - Mb == 0)) {                                                      \
+                return -1;                                                              \
+            }                                                                           \
+            T sb = lse_##T##_chunks(lp, a + i, len, Mb, e, &c, &low);                   \
+            T cb = (T)c;                                                                \
+            if (i == 0) {                                                               \
+                *M = Mb, *m = cb, *s = sb;                                              \
+            }                                                                           \
+            else {                                                                      \
+                MERGE(lp, M, m, s, &Mb, &cb, &sb, 1, &d1, &d2);                         \
+            }                                                                           \
+        }                                                                               \
+        return 0;                                                                       \
+    }                                                                                   \
+                                                                                        \
+    /* mode FLAT: all of a (rows x n, row stride ld) as one run (ld == n);              \
+     * ROWS: each row on its own; COLS: over the rows, a result per column. */          \
+    static int NAME(const Loop *lp, const T *a, npy_intp rows, npy_intp n, int mode,     \
+                    T *M, T *m, T *s, T *scratch)                                       \
+    {                                                                                   \
+        const npy_intp sub = SUB_BYTES / sizeof(T);                                     \
+        if (mode == FLAT) {                                                             \
+            return NAME##_flat(lp, a, rows * n, M, m, s, scratch);                       \
+        }                                                                               \
+        if (mode == ROWS) {                                                             \
+            for (npy_intp r = 0; r < rows; r++) {                                       \
+                if (NAME##_flat(lp, a + r * n, n, M + r, m + r, s + r, scratch) < 0) {   \
+                    return -1;                                                          \
+                }                                                                       \
+            }                                                                           \
+            return 0;                                                                   \
+        }                                                                               \
+        /* COLS: the running maxima are raised sub-block by sub-block; a column whose     \
+         * maximum rose has its sum so far rescaled to the new one (lse_merge's step for  \
+         * the lower partial), which after the first rows is rare. scratch: e, Mold, d.   \
+         */                                                                             \
+        npy_intp per = sub / n > 1 ? sub / n : 1;                                       \
+        T *e = scratch, *Mold = e + per * n, *d = Mold + n;                             \
+        npy_intp *rose = (npy_intp *)(d + n);                                           \
+        memcpy(M, a, n * sizeof(T));                                                    \
+        for (npy_intp j = 0; j < n; j++) {                                              \
+            m[j] = 0, s[j] = 0;                                                         \
+        }                                                                               \
+        for (npy_intp r0 = 0; r0 < rows; r0 += per) {                                   \
+            npy_intp r1 = r0 + per < rows ? r0 + per : rows, k = 0;                     \
+            memcpy(Mold, M, n * sizeof(T));                                             \
+            RAISE(a + r0 * n, r1 - r0, n, M);                                           \
+            for (npy_intp j = 0; j < n; j++) {                                          \
+                if (!(M[j] - M[j] == 0)) {                                              \
+                    return -1;                                                          \
+                }                                                                       \
+                if (M[j] != Mold[j]) {                                                  \
+                    d[k] = Mold[j] - M[j];                                              \
+                    rose[k++] = j;                                                      \
+                }                                                                       \
+            }                                                                           \
+            if (k > 0) {                                                                \
+                run1(&lp[EXP], (char *)d, (char *)d, k, sizeof(T));                     \
+                for (npy_intp i = 0; i < k; i++) {                                      \
+                    npy_intp j = rose[i];                                               \
+                    s[j] = (m[j] + s[j]) * d[i];                                        \
+                    m[j] = 0;                                                           \
+                }                                                                       \
+            }                                                                           \
+            for (npy_intp r = r0; r < r1; r++) {                                        \
+                SHIFTV(a + r * n, M, n, e + (r - r0) * n, m);                           \
+            }                                                                           \
+            run1(&lp[EXP], (char *)e, (char *)e, (r1 - r0) * n, sizeof(T));             \
+            ADDROWS(e, r1 - r0, n, s);                                                  \
+        }                                                                               \
+        return 0;                                                                       \
+    }
+
+DEFINE_PARTIAL(float, partial_f, shift_f, shiftv_f, merge_f, raise_f, addrows_f)
+DEFINE_PARTIAL(double, partial_d, shift_d, shiftv_d, merge_d, raise_d, addrows_d)
+
 
 static PyObject *py_logsumexp(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -269,6 +435,106 @@ static PyObject *py_logsumexp(PyObject *self, PyObject *const *args, Py_ssize_t 
     return Py_BuildValue("(NO)", value, under ? Py_True : Py_False);
 }
 
+/* The float32/float64 data of `obj` if it is an aligned, native, C-contiguous ndarray of
+ * `type` with `size` elements (size < 0: any), else NULL. */
+static void *operand(PyObject *obj, int type, npy_intp size)
+{
+    if (!PyArray_CheckExact(obj)) {
+        return NULL;
+    }
+    PyArrayObject *arr = (PyArrayObject *)obj;
+    if (PyArray_TYPE(arr) != type || !PyArray_IS_C_CONTIGUOUS(arr) || !PyArray_ISALIGNED(arr)
+            || !PyArray_ISNOTSWAPPED(arr) || (size >= 0 && PyArray_SIZE(arr) != size)) {
+        return NULL;
+    }
+    return PyArray_DATA(arr);
+}
+
+static PyObject *py_partial(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyArray_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "partial(a, mode, M, m, s): a 2-d array, an int "
+                        "and three arrays");
+        return NULL;
+    }
+    PyArrayObject *arr = (PyArrayObject *)args[0];
+    int type = PyArray_TYPE(arr);
+    long mode = PyLong_AsLong(args[1]);
+    if (PyArray_NDIM(arr) != 2 || (type != NPY_FLOAT && type != NPY_DOUBLE)
+            || mode < FLAT || mode > COLS || loops[1][EXP].fn == NULL) {
+        PyErr_SetString(PyExc_ValueError, "partial: a 2-d float32/float64 array, mode 0-2, "
+                        "loops bound");
+        return NULL;
+    }
+    npy_intp rows = PyArray_DIM(arr, 0), n = PyArray_DIM(arr, 1);
+    npy_intp k = mode == FLAT ? 1 : mode == ROWS ? rows : n;
+    void *a = operand(args[0], type, -1), *M = operand(args[2], type, k),
+         *m = operand(args[3], type, k), *s = operand(args[4], type, k);
+    if (a == NULL || M == NULL || m == NULL || s == NULL || rows == 0 || n == 0) {
+        PyErr_SetString(PyExc_ValueError, "partial: contiguous native operands of the "
+                        "input's dtype and the mode's size");
+        return NULL;
+    }
+    size_t item = PyArray_ITEMSIZE(arr);
+    npy_intp per = SUB_BYTES / (npy_intp)item / n > 1 ? SUB_BYTES / (npy_intp)item / n : 1;
+    size_t need = mode == COLS ? (size_t)(per + 2) * n * item + (size_t)n * sizeof(npy_intp)
+                                : CHUNK_BYTES;
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    void *scratch = PyMem_RawMalloc(need);
+    if (scratch == NULL) {
+        rc = -2;
+    }
+    else if (type == NPY_FLOAT) {
+        rc = partial_f(loops[0], a, rows, n, (int)mode, M, m, s, scratch);
+    }
+    else {
+        rc = partial_d(loops[1], a, rows, n, (int)mode, M, m, s, scratch);
+    }
+    PyMem_RawFree(scratch);
+    feclearexcept(FE_ALL_EXCEPT); /* the kernels ignore FP errors; leave no flags behind */
+    PyEval_RestoreThread(ts);
+    if (rc == -2) {
+        return PyErr_NoMemory();
+    }
+    return PyBool_FromLong(rc == 0);
+}
+
+static PyObject *py_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyArray_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "merge(M1, m1, s1, M2, m2, s2) takes 6 arrays");
+        return NULL;
+    }
+    int type = PyArray_TYPE((PyArrayObject *)args[0]);
+    npy_intp k = PyArray_SIZE((PyArrayObject *)args[0]);
+    void *ops[6];
+    for (int i = 0; i < 6; i++) {
+        ops[i] = operand(args[i], type, k);
+        if (ops[i] == NULL || (type != NPY_FLOAT && type != NPY_DOUBLE)) {
+            PyErr_SetString(PyExc_ValueError, "merge: six contiguous float32/float64 arrays "
+                            "of one dtype and size");
+            return NULL;
+        }
+    }
+    size_t item = type == NPY_FLOAT ? sizeof(float) : sizeof(double);
+    void *scratch = PyMem_RawMalloc(2 * (size_t)(k ? k : 1) * item);
+    if (scratch == NULL) {
+        return PyErr_NoMemory();
+    }
+    if (type == NPY_FLOAT) {
+        merge_f(loops[0], ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], k, scratch,
+                (float *)scratch + k);
+    }
+    else {
+        merge_d(loops[1], ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], k, scratch,
+                (double *)scratch + k);
+    }
+    PyMem_RawFree(scratch);
+    feclearexcept(FE_ALL_EXCEPT);
+    Py_RETURN_NONE;
+}
+
 /* The legacy loop of `obj`, a unary or binary ufunc, whose every operand has `type`. */
 static int find_loop(PyObject *obj, const char *name, int type, Loop *out)
 {
@@ -323,6 +589,14 @@ static PyMethodDef methods[] = {
      "scipy.special.logsumexp(a, axis, keepdims=keepdims) of a C-contiguous float32/float64\n"
      "array of at most 2**18 finite elements, axis None or the last; None: the Python path\n"
      "must answer (another input, a flag SciPy would report, or no loops bound yet)."},
+    {"partial", (PyCFunction)(void (*)(void))py_partial, METH_FASTCALL,
+     "partial(a, mode, M, m, s) -> bool\n"
+     "SciPy's (M, m, s) decomposition of a 2-d C-contiguous float32/float64 array a, written\n"
+     "into M, m, s: mode 0 over all of a (one each), 1 per row, 2 per column. False where\n"
+     "some maximum is not finite (the outputs are then undefined). Releases the GIL."},
+    {"merge", (PyCFunction)(void (*)(void))py_merge, METH_FASTCALL,
+     "merge(M1, m1, s1, M2, m2, s2): the first partial becomes the merge of both, as\n"
+     "fastmath.backends._lse.lse_merge (finite maxima only)."},
     {"bind", py_bind, METH_VARARGS,
      "bind(exp, log, log1p, add, maximum): take these NumPy ufuncs' float32 and float64\n"
      "loops (as they are now: fastmath's loop mode, if on, has put trampolines there that\n"

@@ -6,12 +6,14 @@ the calling thread with no pool at all.
 """
 from __future__ import annotations
 
+import math
+
 from .._numpy import np
 
 from ..dispatch import _parallel
 from ..dispatch._fpe import recorded
 from . import HANDLED, UNCHECKED
-from ._lse import lse_block, lse_merge
+from ._lse import block_kernel, lse_block, lse_merge
 
 # A thread handoff costs about 50 us on the reference machine: below about 1 MiB of
 # input to numpy's exp (about 120 us of work) one thread is faster. Costlier functions
@@ -245,6 +247,10 @@ def lse_partial(a, axes, b=None):
     """(M, m, s) of ``a`` over ``axes``, in cache-sized blocks across the thread pool."""
     if b is not None or a.size < 2 * BLOCK or a.ndim == 0:
         return lse_block(a, axes, b)
+    if a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative:
+        part = _lse_groups(a, axes)
+        if part is not None:
+            return part
     nthreads = _parallel.threads_now()
     axis = _parallel.split_axis(a.shape, a.strides)
     n = a.shape[axis]
@@ -280,3 +286,88 @@ def lse_partial(a, axes, b=None):
     for part in parts[1:]:
         acc = lse_merge(acc, part)
     return acc
+
+
+# The compiled kernel (backends/_lse_kernel.c) reduces a group of rows in one call, each
+# cache-sized sub-block read from memory once: its maximum, then its exp-sum while in
+# cache (the Python blocks above make about ten passes, each with a temporary). Groups
+# have a fixed size, so the partials, merged in order, have the same bits whatever the
+# number of threads; more groups than threads share out a busy core's slack.
+GROUP = 1 << 19
+
+
+def _lse_groups(a, axes):
+    """``lse_partial`` of a C-contiguous array through the compiled kernel, reduced over
+    all axes, trailing ones (a result per row) or leading ones (per column); None where
+    it cannot take the call (not built, other axes, a maximum that is not finite)."""
+    kernel = block_kernel()
+    nd = a.ndim
+    k = len(axes)
+    if kernel is None or a.dtype not in _LSE_DTYPES:
+        return None
+    if k == nd:
+        mode, rows = 0, 1
+    elif axes == tuple(range(nd - k, nd)):
+        mode, rows = 1, a.size // math.prod(a.shape[nd - k:])
+    elif axes == tuple(range(k)):
+        mode, rows = 2, math.prod(a.shape[:k])
+    else:
+        return None
+    n = a.size // rows
+    out_shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
+    if mode == 0 or (mode == 1 and n > GROUP):
+        # runs of GROUP elements, merged in order within each row
+        v = a.reshape(rows, n)
+        per = -(-n // GROUP)
+        res = [np.empty(rows, a.dtype) for _ in range(3)]
+        pieces = [(r, lo, min(lo + GROUP, n)) for r in range(rows) for lo in range(0, n, GROUP)]
+        parts = [np.empty((len(pieces), 1), a.dtype) for _ in range(3)]
+
+        def flat(i):
+            r, lo, hi = pieces[i]
+            return kernel.partial(v[r:r + 1, lo:hi], 0, *(p[i] for p in parts))
+
+        if not all(_run([lambda i=i: flat(i) for i in range(len(pieces))])):
+            return None
+        for r in range(rows):
+            acc = [p[r * per] for p in parts]
+            for i in range(r * per + 1, (r + 1) * per):
+                kernel.merge(*acc, *(p[i] for p in parts))
+            for dst, src in zip(res, acc):
+                dst[r] = src[0]
+        return tuple(x.reshape(out_shape) for x in res)
+    v = a.reshape(rows, n)
+    per_group = max(1, GROUP // n)
+    starts = range(0, rows, per_group)
+    if mode == 1:
+        # whole rows per group, each row's result its own
+        res = [np.empty(rows, a.dtype) for _ in range(3)]
+
+        def group(lo):
+            hi = min(lo + per_group, rows)
+            return kernel.partial(v[lo:hi], 1, *(x[lo:hi] for x in res))
+    else:
+        # groups of rows, each a partial per column, merged in order
+        res = [np.empty((len(starts), n), a.dtype) for _ in range(3)]
+
+        def group(lo):
+            i = lo // per_group
+            return kernel.partial(v[lo:lo + per_group], 2, *(x[i] for x in res))
+
+    if not all(_run([lambda lo=lo: group(lo) for lo in starts])):
+        return None
+    if mode == 2:
+        acc = [x[0] for x in res]
+        for i in range(1, len(starts)):
+            kernel.merge(*acc, *(x[i] for x in res))
+        res = acc
+    return tuple(x.reshape(out_shape) for x in res)
+
+
+_LSE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _run(tasks):
+    if _parallel.threads_now() < 2:  # splitting has been losing: NumPy's way, one thread
+        return [task() for task in tasks]
+    return _parallel.run(tasks, adaptive=True)

@@ -182,7 +182,11 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     (where the package was built with a C compiler) that runs SciPy's steps through
     NumPy's own loops: SciPy's result bit for bit, without the cost of a dozen calls.
     Infinities, NaNs and floating-point errors the error state watches take SciPy's
-    own route, with its warnings.
+    own route, with its warnings. Larger C-contiguous float32/float64 arrays reduced over
+    all axes, the trailing or the leading ones go through memory once: the same kernel
+    takes each cache-sized piece's maximum, then its exp-sum while it is in cache, on
+    every core, merging the pieces' partials in a fixed order (the same bits whatever
+    the number of threads).
 
     Examples
     --------
