@@ -139,14 +139,20 @@ def _compare(a, b) -> str:
 def _what_ran(fn, state, mode) -> str:
     """One untimed run, counting what fastmath ran."""
     if mode == "loops":
-        before = _loopmode.counts()
+        before, paced_before = _loopmode.counts(), _loopmode.paced()
         with fastmath.patch(mode="loops"):
             fn(state)
-        after = _loopmode.counts()
-        split = {k: v[1] - before.get(k, (0, 0))[1] for k, v in after.items()}
-        split = {k.split()[0]: v for k, v in split.items() if v}
-        most = sorted(split.items(), key=lambda kv: -kv[1])[:10]
-        return ", ".join(f"{k} x{v}" for k, v in most) or "no loop long enough to split"
+        after, paced = _loopmode.counts(), _loopmode.paced()
+        split = Counter()
+        whole = Counter()
+        for k, v in after.items():
+            split[k.split()[0]] += v[1] - before.get(k, (0, 0))[1]
+        for k, v in paced.items():  # long enough to split, kept whole by the back-off
+            whole[k.split()[0]] += v - paced_before.get(k, 0)
+        reached = split + whole
+        most = sorted(reached.items(), key=lambda kv: -kv[1])[:10]
+        return ", ".join(f"{k} x{v}" + (f" ({whole[k]} whole)" if whole[k] else "")
+                         for k, v in most) or "no loop long enough to split"
     seen = Counter()
 
     def profile(frame, event, arg):

@@ -23,6 +23,7 @@ def pytest_configure(config):
             # splitting path too, with pieces of 64
             _loopmode._SPLIT_AT = _loopmode._MIN_SPLIT = 2
             _loopmode._PIECE = 64
+            _loopmode.pacing(False)  # every such run split, whatever it costs
 
         fastmath.patch.start(mode)
         if _loopmode.available():

@@ -7,6 +7,7 @@ the calling thread with no pool at all.
 from __future__ import annotations
 
 import math
+import time
 
 from .._numpy import np
 
@@ -48,15 +49,22 @@ class _Unary:
     """The reference ufunc's own loop over the arrays as they are laid out: NumPy picks a
     SIMD or a scalar loop by layout, and the two can differ by an ULP, so the front end
     hands over negative strides unflipped (``any_strides``) and a ``where=`` mask whole
-    (``masked``) rather than gathering the selected elements into a contiguous run."""
+    (``masked``) rather than gathering the selected elements into a contiguous run.
 
-    __slots__ = ("ufunc", "min_bytes", "maskable")
+    A large contiguous call of one of NumPy's own one-argument ufuncs runs on the compiled
+    pool of ``fastmath.integrations._loops`` (NumPy's very loop on each chunk, the GIL
+    released throughout): the Python pool's threads take the GIL around every chunk, and
+    each handoff of it between cores that have gone idle waits for one to wake (0.1-0.2 ms
+    on a VM), which can cost more than the split saves."""
+
+    __slots__ = ("ufunc", "min_bytes", "maskable", "_native")
     any_strides = True
 
     def __init__(self, ufunc, min_bytes, maskable=False):
         self.ufunc = ufunc
         self.min_bytes = min_bytes
         self.maskable = maskable
+        self._native = None  # looked up on the first large call
 
     def __call__(self, *ins):
         out = ins[-1]
@@ -87,6 +95,10 @@ class _Unary:
         if parts < 2:  # one piece after all (one core, or a contended one): the flags are
             # reported as a split call's are, from the caller's line
             return recorded(ufunc, *ins, out=out, **kw)
+        if mask is None and len(ins) == 1:
+            flags = self._compiled(ins[0], out, parts)
+            if flags is not None:
+                return flags
         # chunks follow the output's layout; inputs and the mask may be broadcast views
         extra = () if mask is None else (mask,)
         views = _parallel.chunk_views((out,) + tuple(
@@ -101,6 +113,81 @@ class _Unary:
         for f in _parallel.run(tasks, adaptive=True):
             flags |= f
         return flags
+
+
+    def _compiled(self, x, out, parts):
+        """The call on the compiled pool, its FP flags; None where that cannot take it."""
+        native = self._native
+        if native is None:
+            native = self._native = _compiled_loops(self.ufunc)
+        if (not native or x.shape != out.shape or not x.flags.c_contiguous
+                or not out.flags.c_contiguous
+                or (x.ctypes.data != out.ctypes.data and np.may_share_memory(x, out))):
+            return None
+        pace = _parallel.sized_contention(out.nbytes)
+        if not pace.split_now():
+            return recorded(self.ufunc, x, out=out)
+        xs, outs = x.reshape(-1), out.reshape(-1)
+        chunks = _parallel.bounds(xs.size, parts * _parallel.OVERSPLIT)
+        ins = [xs[i:j] for i, j in chunks]
+        outs = [outs[i:j] for i, j in chunks]
+        start = time.perf_counter()
+        flags, left, _, _ = _loops.foreach(native, ins, outs, [None] * len(ins),
+                                           xs.size + 1, 0, 1 << 15, parts)
+        wall = time.perf_counter() - start
+        cpu = _loops.last_cpu()  # the threads' CPU time on the pieces
+        if cpu is not None:
+            pace.record(wall, cpu)
+        bits = 0
+        for f in flags or ():
+            bits |= f or 0
+        for i in left:  # not taken (a dtype NumPy's call would cast): NumPy's own call
+            bits |= recorded(self.ufunc, ins[i], out=outs[i])
+        return bits
+
+
+_loops = None
+
+
+def _compiled_loops(ufunc):
+    global _loops
+    try:
+        from ..integrations import _loops
+    except ImportError:  # built without a C compiler: the Python pool splits
+        return ()
+    return native_loops(ufunc, _loops)
+
+
+# The dtypes whose NumPy loop the compiled pool may run (each one the ufunc takes as is).
+_NATIVE_TYPES = "efdgFDG"
+
+
+def native_loops(ufunc, loops_module):
+    """``(dtype, result dtype, call info)`` for each dtype whose NumPy loop
+    ``loops_module.foreach`` (fastmath.integrations._loops) runs for ``ufunc``: NumPy's
+    own one-argument ufuncs only, on dtypes the ufunc takes without a cast; () if none."""
+    if not isinstance(ufunc, np.ufunc) or (ufunc.nin, ufunc.nout) != (1, 1):
+        return ()
+    loops = []
+    for code in _NATIVE_TYPES:
+        dt = np.dtype(code)
+        try:
+            dts, info = ufunc._resolve_dtypes_and_context((dt, None))
+            if dts[0] is not dt or dts[1].hasobject:
+                continue
+            ufunc._get_strided_loop(info, fixed_strides=(dts[0].itemsize, dts[1].itemsize))
+        except Exception:  # noqa: BLE001 - no loop for this dtype, or another NumPy's API
+            continue
+        loops.append((dts[0], dts[1], info))
+    try:  # one element through the compiled path: another NumPy's call info fails here
+        probe = [np.ones(1, dt) for dt, _, _ in loops]
+        got = [None] * len(probe)
+        loops_module.foreach(tuple(loops), probe, None, got, 2, 2, 1, 1)
+        with np.errstate(all="ignore"):
+            ok = all(np.array_equal(g, ufunc(p), equal_nan=True) for g, p in zip(got, probe))
+    except Exception:  # noqa: BLE001 - then the Python path it is
+        ok = False
+    return tuple(loops) if ok else ()
 
 
 class _Elementwise(_Unary):

@@ -181,3 +181,23 @@ def counts() -> dict:
             before = out.get(key, (0, 0))
             out[key] = (before[0] + calls, before[1] + split)
     return out
+
+
+def paced() -> dict:
+    """``{"exp d->d": runs, ...}``: the runs long enough to split that the loop mode ran in
+    one piece since the process started, because splits of that loop and length had been
+    losing (a helper's core busy: another process, or another library's threads spinning
+    on after their call; see ``split`` in fastmath/integrations/_loops.c)."""
+    out: dict = {}
+    with _installed.lock:
+        for slot, key in _known.items():
+            out[key] = out.get(key, 0) + _loops.paced(slot)
+    return out
+
+
+def pacing(on: bool) -> bool:
+    """Let splits back off while they lose (``on``, the default) or split every long run
+    whatever it costs (tests that must see the split path); returns the previous setting."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    return _loops.set_pacing(on)

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #define NSLOTS 1024
+#define BUCKETS 40
 #define MAXARGS 4
 #define MAXTHREADS 256
 #define FLAGS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID | FE_INEXACT)
@@ -54,7 +55,9 @@ typedef struct {
     int nin, nout;
     atomic_long min_split;           /* elements from which a run is split */
     atomic_long piece;               /* elements per piece */
-    atomic_ulong calls, split_calls;
+    atomic_ulong calls, split_calls, paced_calls;
+    /* the back-off of its splits, by run length (a power of two each): see split() */
+    struct { atomic_int left, skip; } pace[BUCKETS];
 } Slot;
 
 /* All a short run reads, in one 16-byte cell apart from the Slot: the short path touches
@@ -71,6 +74,7 @@ static Hot hot[NSLOTS];
 static int nslots = 0;
 static atomic_int enabled = 1;
 static atomic_int counting = 0; /* count calls: every run then takes long_run */
+static atomic_int pacing = 1;   /* splits back off while they lose (see split()) */
 
 /* ---- the pool ---------------------------------------------------------------- */
 
@@ -84,8 +88,33 @@ typedef struct {
     atomic_long next;   /* next piece's first element */
     atomic_int flags;   /* FP flags raised in workers */
     int active;         /* workers on this job now (under lock) */
+    int timed;          /* add each thread's CPU time for its pieces into cpu_ns */
+    atomic_llong cpu_ns;
     fenv_t env;
 } Job;
+
+static long long thread_cpu_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* The pieces a thread takes of ``job``, timed if the job asks (a thread of the pool whose
+ * core another process holds spends less CPU than the call's wall time: the caller's
+ * back-off reads that, where the process's CPU time would count a neighbour's spinning
+ * threads, a BLAS pool's say, as work). */
+static void run_pieces(Job *job);
+static void run_timed(Job *job)
+{
+    if (!job->timed) {
+        run_pieces(job);
+        return;
+    }
+    long long start = thread_cpu_ns();
+    run_pieces(job);
+    atomic_fetch_add_explicit(&job->cpu_ns, thread_cpu_ns() - start, memory_order_relaxed);
+}
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
@@ -96,6 +125,7 @@ static unsigned long generation = 0;
 static int nworkers = 0;       /* threads started */
 static atomic_int nthreads = 0; /* threads per job, the caller included; 0: not set yet */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static _Thread_local long long last_cpu_ns = -1; /* see py_last_cpu */
 
 static void run_pieces(Job *job)
 {
@@ -129,7 +159,7 @@ static void *worker(void *unused)
 
         fesetenv(&job->env);
         feclearexcept(FLAGS);
-        run_pieces(job);
+        run_timed(job);
         int raised = fetestexcept(FLAGS);
         if (raised) {
             atomic_fetch_or(&job->flags, raised);
@@ -210,7 +240,7 @@ static int start_job(Job *job, int threads)
 /* The caller's share of a started job, then the wait for the workers that joined. */
 static void finish_job(Job *job)
 {
-    run_pieces(job);
+    run_timed(job);
 
     /* Every piece is taken. Workers that joined finish theirs; one not yet woken (its core
      * busy elsewhere) finds no job and is not waited for. */
@@ -241,6 +271,7 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         return 0;
     }
     Job job;
+    job.timed = 0;
     job.loop = s->original;
     job.data = data;
     job.nargs = s->nin + s->nout;
@@ -254,11 +285,46 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         job.args[k] = args[k];
         job.steps[k] = steps[k];
     }
+    /* A split that took as long as its threads' CPU time together (less a tenth) ran no
+     * faster than one thread would have: a helper whose core was taken (another process,
+     * or another library's threads spinning on after their call: OpenBLAS's spin for a
+     * long while) or that woke too slowly for a run this short. The next `skip` runs of
+     * this loop and length then run in one piece (doubling while splits keep losing,
+     * halving when one wins), as fastmath's Python-level back-off does (_parallel.py). */
+    int b = 63 - __builtin_clzll((unsigned long long)n);
+    b = b < BUCKETS ? b : BUCKETS - 1;
+    int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
+    if (paced && atomic_load_explicit(&s->pace[b].left, memory_order_relaxed) > 0) {
+        atomic_fetch_sub_explicit(&s->pace[b].left, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
+        pthread_mutex_unlock(&busy);
+        return 0;
+    }
+    job.timed = paced;
+    atomic_init(&job.cpu_ns, 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int ran = run_job(&job, threads);
     pthread_mutex_unlock(&busy);
     if (!ran) {
         return 0;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!paced) {
+        goto done;
+    }
+    long long wall = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+    int skip = atomic_load_explicit(&s->pace[b].skip, memory_order_relaxed);
+    skip = skip < 1 ? 1 : skip;
+    if (wall * 10 > atomic_load(&job.cpu_ns) * 9) {
+        atomic_store_explicit(&s->pace[b].left, skip, memory_order_relaxed);
+        atomic_store_explicit(&s->pace[b].skip, skip < 256 ? 2 * skip : 256,
+                              memory_order_relaxed);
+    }
+    else {
+        atomic_store_explicit(&s->pace[b].skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
+    }
+done:;
 
     int raised = atomic_load(&job.flags);
     if (raised) {
@@ -657,6 +723,8 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     atomic_init(&run.failed, 0);
     atomic_init(&run.ready, 0);
     Job job;
+    job.timed = 1;
+    atomic_init(&job.cpu_ns, 0);
     job.loop = run_items;
     job.data = &run;
     job.nargs = 1;
@@ -734,6 +802,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         finish_job(&job);
         pthread_mutex_unlock(&busy);
     }
+    last_cpu_ns = pooled && apart && !bad ? atomic_load(&job.cpu_ns) : -1;
     if (!bad && !(pooled && apart)) { /* this thread alone */
         atomic_store_explicit(&run.ready, m | CLOSED, memory_order_relaxed);
         run_items(&first, &all, NULL, &run);
@@ -915,6 +984,24 @@ static PyObject *py_counts(PyObject *self, PyObject *args)
     return Py_BuildValue("kk", atomic_load(&s->calls), atomic_load(&s->split_calls));
 }
 
+static PyObject *py_paced(PyObject *self, PyObject *args)
+{
+    Slot *s;
+    if (slot_arg(args, &s) < 0) {
+        return NULL;
+    }
+    return PyLong_FromUnsignedLong(atomic_load(&s->paced_calls));
+}
+
+static PyObject *py_set_pacing(PyObject *self, PyObject *args)
+{
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) {
+        return NULL;
+    }
+    return PyBool_FromLong(atomic_exchange(&pacing, on));
+}
+
 static PyObject *py_set_enabled(PyObject *self, PyObject *args)
 {
     int on;
@@ -952,6 +1039,15 @@ static PyObject *py_set_threads(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_last_cpu(PyObject *self, PyObject *unused)
+{
+    long long ns = last_cpu_ns;
+    if (ns < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyFloat_FromDouble((double)ns * 1e-9);
+}
+
 static PyObject *py_threads(PyObject *self, PyObject *unused)
 {
     return PyLong_FromLong(atomic_load(&nthreads));
@@ -969,9 +1065,16 @@ static PyMethodDef methods[] = {
      "counts(slot) -> (calls counted, split calls): calls only while set_counting(True)"},
     {"set_counting", py_set_counting, METH_VARARGS,
      "set_counting(bool) -> previous: count every call (each then takes the long path)"},
+    {"paced", py_paced, METH_VARARGS,
+     "paced(slot) -> runs long enough to split that the back-off ran in one piece"},
+    {"set_pacing", py_set_pacing, METH_VARARGS,
+     "set_pacing(bool) -> previous: splits back off while they lose (on by default)"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per split, 0: all"},
     {"threads", py_threads, METH_NOARGS, "threads per split"},
+    {"last_cpu", py_last_cpu, METH_NOARGS,
+     "last_cpu() -> seconds or None: the CPU time the threads spent on the pieces of the\n"
+     "last foreach() that ran on the pool (None: it ran in the caller's thread alone)"},
     {"foreach", py_foreach, METH_VARARGS,
      "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads, stop=0)\n"
      "-> (flags, left, bytes allocated, elements): NumPy's loop over each array of ins,\n"

@@ -38,7 +38,7 @@ from .. import _registry, backends
 from ..dispatch import _alloc, _chain, _config, _fpe, _parallel, _selection
 from ._blockwise import _Log, replay as _replay
 from ..backends import HANDLED
-from ..backends.numpy import PARALLEL_MIN_BYTES
+from ..backends.numpy import PARALLEL_MIN_BYTES, native_loops
 
 try:
     from . import _loops
@@ -58,8 +58,6 @@ SPREAD_MIN = 1 << 14
 NATIVE_PIECE = 1 << 15
 # Outputs allocated by one call from which glibc is asked to keep freed memory for reuse.
 RECYCLE = 1 << 20
-# The dtypes whose NumPy loop the compiled path may run (each one the ufunc takes as is).
-_NATIVE_TYPES = "efdgFDG"
 
 
 class Foreach:
@@ -397,29 +395,7 @@ def _native_loops(spec):
     back into Python to report their own errors), on dtypes the ufunc takes without a cast."""
     if _loops is None or spec.kind != "unary" or not spec.ref.startswith("numpy:"):
         return ()
-    ufunc = spec.reference()
-    if not isinstance(ufunc, np.ufunc) or (ufunc.nin, ufunc.nout) != (1, 1):
-        return ()
-    loops = []
-    for code in _NATIVE_TYPES:
-        dt = np.dtype(code)
-        try:
-            dts, info = ufunc._resolve_dtypes_and_context((dt, None))
-            if dts[0] is not dt or dts[1].hasobject:
-                continue
-            ufunc._get_strided_loop(info, fixed_strides=(dts[0].itemsize, dts[1].itemsize))
-        except Exception:  # noqa: BLE001 - no loop for this dtype, or another NumPy's API
-            continue
-        loops.append((dts[0], dts[1], info))
-    try:  # one element through the compiled path: another NumPy's call info fails here
-        probe = [np.ones(1, dt) for dt, _, _ in loops]
-        got = [None] * len(probe)
-        _loops.foreach(tuple(loops), probe, None, got, 2, 2, 1, 1)
-        with np.errstate(all="ignore"):
-            ok = all(np.array_equal(g, ufunc(p), equal_nan=True) for g, p in zip(got, probe))
-    except Exception:  # noqa: BLE001 - then the Python path it is
-        ok = False
-    return tuple(loops) if ok else ()
+    return native_loops(spec.reference(), _loops)
 
 
 def _forget_small():

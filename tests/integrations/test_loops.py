@@ -26,6 +26,15 @@ N = 300_000  # above every split threshold but the memory-bound loops' for float
 RNG = numpy.random.default_rng(7)
 
 
+@pytest.fixture(autouse=True)
+def _no_pacing():
+    """These tests must see long runs split whatever a split costs on this machine (a
+    loaded one makes splits lose, and the back-off then runs them in one piece)."""
+    before = _loopmode.pacing(False)
+    yield
+    _loopmode.pacing(before)
+
+
 def _split_calls(key):
     return _loopmode.counts().get(key, (0, 0))[1]
 
@@ -414,3 +423,29 @@ def test_bool_output_loops_are_restored_on_removal():
     _ = masks[0] & masks[1]
     after = [_split_calls(k) for k in ("greater dd->?", "isnan d->?", "bitwise_and ??->?")]
     assert after == before  # NumPy's own loops again: nothing reaches the pool
+
+
+def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch):
+    """A split that ran no faster than one thread (here: runs far too short for a thread
+    handoff to pay) makes the next runs of that loop and length run in one piece, for a
+    pause that doubles while splits keep losing; every result is NumPy's all along."""
+    if fastmath.dispatch._parallel.threads() < 2:
+        pytest.skip("one thread: nothing splits")
+    for name, value in (("_SPLIT_AT", 2), ("_MIN_SPLIT", 2), ("_PIECE", 64)):
+        monkeypatch.setattr(_loopmode, name, value)
+    _loopmode.pacing(True)
+    x = RNG.standard_normal(1000)
+    key = "exp d->d"
+    want = numpy.exp(x)
+    with fastmath.patch(mode="loops"):
+        split, paced = _split_calls(key), _loopmode.paced().get(key, 0)
+        for _ in range(50):
+            _bitwise(numpy.exp(x), want)
+        split, paced = _split_calls(key) - split, _loopmode.paced()[key] - paced
+    assert split + paced == 50
+    assert 2 <= split <= 10 and paced >= 30, (split, paced)
+    _loopmode.pacing(False)
+    with fastmath.patch(mode="loops"):
+        split = _split_calls(key)
+        _bitwise(numpy.exp(x), want)
+        assert _split_calls(key) == split + 1  # without pacing every such run splits
