@@ -134,6 +134,8 @@ class _Unary:
         start = time.perf_counter()
         flags, left, _, _ = _loops.foreach(native, ins, outs, [None] * len(ins),
                                            xs.size + 1, 0, 1 << 15, parts)
+        if len(left) == len(ins):  # none taken (a dtype NumPy's call would cast)
+            return None
         wall = time.perf_counter() - start
         cpu = _loops.last_cpu()  # the threads' CPU time on the pieces
         if cpu is not None:
@@ -141,7 +143,7 @@ class _Unary:
         bits = 0
         for f in flags or ():
             bits |= f or 0
-        for i in left:  # not taken (a dtype NumPy's call would cast): NumPy's own call
+        for i in left:  # not taken after all: NumPy's own call
             bits |= recorded(self.ufunc, ins[i], out=outs[i])
         return bits
 

@@ -1,0 +1,137 @@
+"""The numpy backend's large unary calls on the compiled pool (``_Unary._compiled``:
+NumPy's own loop on each chunk through ``fastmath.integrations._loops.foreach``) and their
+back-off per call size (``_parallel.sized_contention``).
+
+Oracle: NumPy's own call on the same input, bit for bit (the very loop runs on every
+chunk), with NumPy's warnings and exceptions under ``np.errstate``.
+"""
+import warnings
+
+import numpy as np
+import pytest
+
+import fastmath
+from fastmath.backends import numpy as numpy_backend
+from fastmath.dispatch import _parallel
+
+_loops = pytest.importorskip("fastmath.integrations._loops")
+N = 1_000_000  # above the numpy backend's split size for exp and log
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    if _parallel.threads() < 2:
+        pytest.skip("one thread: nothing splits")
+    monkeypatch.setattr(_parallel, "_sized", {})
+    monkeypatch.setattr(_parallel.contention, "left", 0)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """The chunk lists the compiled pool ran."""
+    seen = []
+    real = _loops.foreach
+
+    def foreach(loops, ins, *rest):
+        result = real(loops, ins, *rest)
+        if rest[0] is not None and len(result[1]) < len(ins):  # out= chunks taken (not
+            # the one-element probe of each dtype's loop when a kernel first looks them up)
+            seen.append(len(ins))
+        return result
+    numpy_backend._compiled_loops(np.exp)  # binds the module global
+    monkeypatch.setattr(numpy_backend._loops, "foreach", foreach)
+    return seen
+
+
+def same(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "sin"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_bitwise_numpys_on_the_compiled_pool(name, dtype, fresh, spy):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((1000, N // 1000)) * 3).astype(dtype)
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    ref = getattr(np, name)
+    before = x.copy()
+    with fastmath.backend("numpy"), np.errstate(all="ignore"):
+        got = getattr(fastmath, name)(x)
+        out = np.empty_like(x)
+        got_out = getattr(fastmath, name)(x, out=out)
+        inplace = x.copy()
+        getattr(fastmath, name)(inplace, out=inplace)
+        want = ref(x)
+    assert spy, "the compiled pool was not used"
+    same(x, before)
+    same(got, want)
+    assert got_out is out
+    same(out, want)
+    same(inplace, want)
+
+
+def test_flags_raised_in_the_pool_reach_errstate(fresh, spy):
+    x = np.linspace(-800, 800, N)
+    with fastmath.backend("numpy"), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = fastmath.exp(x)
+    assert spy
+    assert [str(m.message) for m in w] == ["overflow encountered in exp"]
+    with np.errstate(over="ignore"):
+        same(got, np.exp(x))
+    with fastmath.backend("numpy"), np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        fastmath.exp(x)
+
+
+def test_layouts_the_pool_does_not_take_are_declined(fresh, spy):
+    """What the front end hands over as it is (strided views, an out= overlapping its input
+    other than exactly, a dtype NumPy would cast) is declined, for the Python pool's
+    chunks of NumPy's own call; the front end's results stay NumPy's whatever it does."""
+    from fastmath._registry import BY_NAME
+
+    kernel = numpy_backend.NumpyBackend().kernel(BY_NAME["exp"])
+    x = np.random.default_rng(2).standard_normal(2 * N)
+    overlap = x.copy()
+    assert kernel._compiled(x[::2], np.empty(N), 2) is None
+    assert kernel._compiled(x[:N], np.empty(N, np.float32), 2) is None
+    assert kernel._compiled(overlap[:N], overlap[1:N + 1], 2) is None
+    assert kernel._compiled(x.astype(np.int64), np.empty(2 * N), 2) is None
+    assert not spy
+    with fastmath.backend("numpy"):
+        same(fastmath.exp(x[::2]), np.exp(x[::2]))
+        fastmath.exp(overlap[:N], out=overlap[1:N + 1])
+        want = x.copy()
+        np.exp(want[:N], out=want[1:N + 1])
+        same(overlap, want)
+
+
+def test_a_size_whose_splits_lose_runs_in_one_piece(fresh, spy, monkeypatch):
+    """A split whose threads spent no more CPU than its wall time lost: the next calls of
+    that size run as NumPy's own call, while other sizes go on splitting."""
+    x = np.random.default_rng(3).standard_normal(N)
+    big = np.random.default_rng(4).standard_normal(4 * N)
+    monkeypatch.setattr(numpy_backend._loops, "last_cpu", lambda: 1e-9)  # every split lost
+    with fastmath.backend("numpy"):
+        for _ in range(8):
+            same(fastmath.exp(x), np.exp(x))
+        assert len(spy) == 3  # split, paused 1, split, paused 2, split, paused 2 (of 4)
+        pace = _parallel.sized_contention(x.nbytes)
+        assert pace.left == 2 and pace.skip == 8
+        same(fastmath.exp(big), np.exp(big))  # another size: its own record
+        assert len(spy) == 4
+    monkeypatch.setattr(numpy_backend._loops, "last_cpu", lambda: 1.0)  # splits win again
+    with fastmath.backend("numpy"):
+        for _ in range(3):
+            fastmath.exp(x)
+    assert pace.skip == 4 and len(spy) == 5  # paused 2 more, then a split that won
+
+
+def test_in_one_thread_nothing_is_split(fresh, spy):
+    x = np.random.default_rng(5).standard_normal(N)
+    token = _parallel.serial.set(True)
+    try:
+        with fastmath.backend("numpy"):
+            same(fastmath.exp(x), np.exp(x))
+    finally:
+        _parallel.serial.reset(token)
+    assert not spy
