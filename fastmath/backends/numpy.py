@@ -137,9 +137,9 @@ class _Unary:
         if len(left) == len(ins):  # none taken (a dtype NumPy's call would cast)
             return None
         wall = time.perf_counter() - start
-        cpu = _loops.last_cpu()  # the threads' CPU time on the pieces
-        if cpu is not None:
-            pace.record(wall, cpu)
+        alone = _loops.last_cpu()  # the caller's CPU time for its chunks, scaled to all
+        if alone is not None:
+            pace.record(wall, alone)
         bits = 0
         for f in flags or ():
             bits |= f or 0

@@ -188,14 +188,25 @@ contention = _Contention()
 
 class _Sized(_Contention):
     """The back-off of the calls of one size that run on the compiled pool (the numpy
-    backend's large unary calls). There the threads' own CPU time is known exactly, so a
-    split is judged with no allowance for a helper's wake-up: at a fraction of a
-    millisecond the wake-up is what decides whether splitting pays. Between the BLAS calls
+    backend's large unary calls). There the time one thread would have taken is known (the
+    caller's CPU time for its own chunks, scaled to all of them), so a split is judged
+    against it with no allowance for a helper's wake-up: at a fraction of a millisecond
+    the wake-up is what decides whether splitting pays. Between the BLAS calls
     of a statsmodels fit, whose OpenBLAS threads spin on after each call, exp of 500,000
     float64 took 0.54-0.70 ms split against 0.42 ms in one thread (2-core AMD EPYC VM),
     while a 10^7 call still gains 1.7x: each size keeps its own record."""
 
     WAKE = 0.0
+    # Lost only when slower than one thread would have been: the first split after the
+    # process sat idle often finds a helper still waking (milliseconds, on a VM) and takes
+    # as long as one thread, no longer; pausing then would cost the next calls, whose
+    # helpers are awake, their whole gain (log of 10^7 float32 in bench/peers.py: 1.02x of
+    # NumPy with a loss at 0.9, 1.31x without the back-off).
+    LOST = 1.05
+    # A pause of at most 32 calls: a size that lost while a neighbour's threads spun (a
+    # BLAS pool after its call, another library's OpenMP team) is tried again soon after
+    # they stop; a losing probe costs at most about one thread-handoff.
+    MOST = 32
 
 
 _sized: dict = {}

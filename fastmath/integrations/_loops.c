@@ -44,6 +44,7 @@
 
 #define NSLOTS 1024
 #define BUCKETS 40
+#define MOST_PAUSE 32 /* runs kept whole after a lost split, at most (_parallel._Sized) */
 #define MAXARGS 4
 #define MAXTHREADS 256
 #define FLAGS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID | FE_INEXACT)
@@ -88,8 +89,9 @@ typedef struct {
     atomic_long next;   /* next piece's first element */
     atomic_int flags;   /* FP flags raised in workers */
     int active;         /* workers on this job now (under lock) */
-    int timed;          /* add each thread's CPU time for its pieces into cpu_ns */
-    atomic_llong cpu_ns;
+    int timed;          /* time the caller's pieces: caller_ns, caller_n (see alone_ns) */
+    long long caller_ns;
+    npy_intp caller_n;
     fenv_t env;
 } Job;
 
@@ -100,20 +102,13 @@ static long long thread_cpu_ns(void)
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-/* The pieces a thread takes of ``job``, timed if the job asks (a thread of the pool whose
- * core another process holds spends less CPU than the call's wall time: the caller's
- * back-off reads that, where the process's CPU time would count a neighbour's spinning
- * threads, a BLAS pool's say, as work). */
-static void run_pieces(Job *job);
-static void run_timed(Job *job)
+/* What the job would have taken in one thread: the caller's CPU time for its own pieces,
+ * scaled to all of them (a helper's CPU time is no guide: one that woke late, on a cold
+ * core, or shared its core with another thread spends more on the same piece). */
+static long long alone_ns(const Job *job)
 {
-    if (!job->timed) {
-        run_pieces(job);
-        return;
-    }
-    long long start = thread_cpu_ns();
-    run_pieces(job);
-    atomic_fetch_add_explicit(&job->cpu_ns, thread_cpu_ns() - start, memory_order_relaxed);
+    return job->caller_n > 0 ? (long long)((double)job->caller_ns * job->n / job->caller_n)
+                             : -1;
 }
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -127,14 +122,16 @@ static atomic_int nthreads = 0; /* threads per job, the caller included; 0: not 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static _Thread_local long long last_cpu_ns = -1; /* see py_last_cpu */
 
-static void run_pieces(Job *job)
+static npy_intp run_pieces(Job *job)
 {
+    npy_intp ran = 0;
     for (;;) {
         npy_intp start = atomic_fetch_add_explicit(&job->next, job->piece, memory_order_relaxed);
         if (start >= job->n) {
-            return;
+            return ran;
         }
         npy_intp count = job->n - start < job->piece ? job->n - start : job->piece;
+        ran += count;
         char *args[MAXARGS];
         for (int k = 0; k < job->nargs; k++) {
             args[k] = job->args[k] + start * job->steps[k];
@@ -159,7 +156,7 @@ static void *worker(void *unused)
 
         fesetenv(&job->env);
         feclearexcept(FLAGS);
-        run_timed(job);
+        run_pieces(job);
         int raised = fetestexcept(FLAGS);
         if (raised) {
             atomic_fetch_or(&job->flags, raised);
@@ -240,7 +237,14 @@ static int start_job(Job *job, int threads)
 /* The caller's share of a started job, then the wait for the workers that joined. */
 static void finish_job(Job *job)
 {
-    run_timed(job);
+    if (job->timed) {
+        long long start = thread_cpu_ns();
+        job->caller_n = run_pieces(job);
+        job->caller_ns = thread_cpu_ns() - start;
+    }
+    else {
+        run_pieces(job);
+    }
 
     /* Every piece is taken. Workers that joined finish theirs; one not yet woken (its core
      * busy elsewhere) finds no job and is not waited for. */
@@ -285,12 +289,12 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         job.args[k] = args[k];
         job.steps[k] = steps[k];
     }
-    /* A split that took as long as its threads' CPU time together (less a tenth) ran no
-     * faster than one thread would have: a helper whose core was taken (another process,
+    /* A split that took longer than the caller's CPU time for its own pieces, scaled to
+     * all of them (by a twentieth: alone_ns), ran slower than one thread would have: a helper whose core was taken (another process,
      * or another library's threads spinning on after their call: OpenBLAS's spin for a
      * long while) or that woke too slowly for a run this short. The next `skip` runs of
      * this loop and length then run in one piece (doubling while splits keep losing,
-     * halving when one wins), as fastmath's Python-level back-off does (_parallel.py). */
+     * up to MOST_PAUSE, halving when one wins), as fastmath's Python-level back-off does (_parallel.py). */
     int b = 63 - __builtin_clzll((unsigned long long)n);
     b = b < BUCKETS ? b : BUCKETS - 1;
     int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
@@ -301,7 +305,6 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         return 0;
     }
     job.timed = paced;
-    atomic_init(&job.cpu_ns, 0);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int ran = run_job(&job, threads);
@@ -316,9 +319,10 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
     long long wall = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
     int skip = atomic_load_explicit(&s->pace[b].skip, memory_order_relaxed);
     skip = skip < 1 ? 1 : skip;
-    if (wall * 10 > atomic_load(&job.cpu_ns) * 9) {
+    long long alone = alone_ns(&job);
+    if (alone >= 0 && wall * 100 > alone * 105) {
         atomic_store_explicit(&s->pace[b].left, skip, memory_order_relaxed);
-        atomic_store_explicit(&s->pace[b].skip, skip < 256 ? 2 * skip : 256,
+        atomic_store_explicit(&s->pace[b].skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
                               memory_order_relaxed);
     }
     else {
@@ -724,7 +728,6 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     atomic_init(&run.ready, 0);
     Job job;
     job.timed = 1;
-    atomic_init(&job.cpu_ns, 0);
     job.loop = run_items;
     job.data = &run;
     job.nargs = 1;
@@ -802,7 +805,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         finish_job(&job);
         pthread_mutex_unlock(&busy);
     }
-    last_cpu_ns = pooled && apart && !bad ? atomic_load(&job.cpu_ns) : -1;
+    last_cpu_ns = pooled && apart && !bad ? alone_ns(&job) : -1;
     if (!bad && !(pooled && apart)) { /* this thread alone */
         atomic_store_explicit(&run.ready, m | CLOSED, memory_order_relaxed);
         run_items(&first, &all, NULL, &run);
@@ -1073,8 +1076,9 @@ static PyMethodDef methods[] = {
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per split, 0: all"},
     {"threads", py_threads, METH_NOARGS, "threads per split"},
     {"last_cpu", py_last_cpu, METH_NOARGS,
-     "last_cpu() -> seconds or None: the CPU time the threads spent on the pieces of the\n"
-     "last foreach() that ran on the pool (None: it ran in the caller's thread alone)"},
+     "last_cpu() -> seconds or None: the time the last foreach() that ran on the pool would\n"
+     "have taken in one thread (the caller's CPU time for its own pieces, scaled to all);\n"
+     "None: it ran in the caller's thread alone"},
     {"foreach", py_foreach, METH_VARARGS,
      "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads, stop=0)\n"
      "-> (flags, left, bytes allocated, elements): NumPy's loop over each array of ins,\n"

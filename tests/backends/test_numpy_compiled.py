@@ -106,7 +106,7 @@ def test_layouts_the_pool_does_not_take_are_declined(fresh, spy):
 
 
 def test_a_size_whose_splits_lose_runs_in_one_piece(fresh, spy, monkeypatch):
-    """A split whose threads spent no more CPU than its wall time lost: the next calls of
+    """A split whose wall time exceeded its threads' CPU time lost: the next calls of
     that size run as NumPy's own call, while other sizes go on splitting."""
     x = np.random.default_rng(3).standard_normal(N)
     big = np.random.default_rng(4).standard_normal(4 * N)

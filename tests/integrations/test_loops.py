@@ -426,7 +426,7 @@ def test_bool_output_loops_are_restored_on_removal():
 
 
 def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch):
-    """A split that ran no faster than one thread (here: runs far too short for a thread
+    """A split that ran slower than one thread (here: runs far too short for a thread
     handoff to pay) makes the next runs of that loop and length run in one piece, for a
     pause that doubles while splits keep losing; every result is NumPy's all along."""
     if fastmath.dispatch._parallel.threads() < 2:
