@@ -124,6 +124,7 @@ def test_while_torchs_splits_lose_the_next_kernel_computes_the_same_bits(dtype):
     k = _parallel.OwnThreads(own, guarded.splits, nxt)
     x = BY_NAME["erf"].sample(10**5, dtype, np.random.default_rng(1))[0]
     outs = [np.empty_like(x) for _ in range(3)]
+    k.alone[x.size.bit_length()] = 1.0  # the next kernel already timed alone (slowly)
     c = _parallel.own_contention
     c.left = 1  # as a lost split of torch's leaves it
     k(x, outs[0])
@@ -179,3 +180,32 @@ def test_torch_calls_that_lose_to_a_busy_core_are_judged_lost():
                        timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout.split()[-1]) > _parallel._OwnContention.FIRST
+
+
+def test_a_torch_call_slower_than_the_next_kernel_alone_is_judged_lost():
+    """torch's threads waiting at the barrier for a preempted part spin (CPU time that
+    looks like work): a call slower than the next kernel, timed alone on the first call of
+    each size, lost all the same."""
+    ran = []
+
+    def own(x, out):  # stands for torch's split held up by a busy core
+        time.sleep(0.002)
+        np.copyto(out, x)
+        ran.append("own")
+        return 0
+
+    def then(x, out):
+        np.copyto(out, x)
+        ran.append("then")
+        return 0
+
+    k = _parallel.OwnThreads(own, lambda n: True, then)
+    x, out = np.arange(1000.0), np.empty(1000)
+    c = _parallel.own_contention
+    k(x, out)
+    assert ran == ["then"]  # the first call of this size: the next kernel, timed alone
+    k(x, out)
+    assert ran == ["then", "own"] and c.left == c.FIRST  # 2 ms against microseconds
+    k(x, out)
+    assert ran[-1] == "then" and c.left == c.FIRST - 1
+    np.testing.assert_array_equal(out, x)
