@@ -206,10 +206,6 @@ class _Sized(_Contention):
     # helpers are awake, their whole gain (log of 10^7 float32 in bench/peers.py: 1.02x of
     # NumPy with a loss at 0.9, 1.31x without the back-off).
     LOST = 1.05
-    # A pause of at most 32 calls: a size that lost while a neighbour's threads spun (a
-    # BLAS pool after its call, another library's OpenMP team) is tried again soon after
-    # they stop; a losing probe costs at most about one thread-handoff.
-    MOST = 32
 
 
 _sized: dict = {}

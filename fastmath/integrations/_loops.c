@@ -44,7 +44,7 @@
 
 #define NSLOTS 1024
 #define BUCKETS 40
-#define MOST_PAUSE 32 /* runs kept whole after a lost split, at most (_parallel._Sized) */
+#define MOST_PAUSE 256 /* runs kept whole after a lost split, at most (as _parallel's) */
 #define MAXARGS 4
 #define MAXTHREADS 256
 #define FLAGS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID | FE_INEXACT)
