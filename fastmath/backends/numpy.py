@@ -20,13 +20,6 @@ from ._lse import block_kernel, lse_block, lse_merge
 # input to numpy's exp (about 120 us of work) one thread is faster. Costlier functions
 # split sooner (Spec.cost).
 PARALLEL_MIN_BYTES = 1 << 20
-# A ufunc call splits from four times that: between other work (the usual case in real
-# code, unlike a benchmark's back-to-back calls) the pool's threads have gone to sleep,
-# and waking one on a VM took 0.1-0.2 ms. exp of 500,000 float64 (3.8 MiB) split took
-# 0.54-0.70 ms between the matrix products of a statsmodels Logit fit against NumPy's
-# 0.42, and the fit under patch() read 0.90-0.96x of plain; serial, 0.98-0.99x (2-core
-# AMD EPYC; bench/library_workloads.py --only Logit).
-UFUNC_MIN_BYTES = 4 * PARALLEL_MIN_BYTES
 # Reductions work through memory in blocks of about this many elements (1 MiB of
 # float64, the L2 cache of one core), so each block's several passes stay in cache.
 # Measured in CPU time on a 3000x3000 logsumexp: 2**17 did the least work of 2**14..2**18.
@@ -43,7 +36,7 @@ class NumpyBackend:
         if spec.kind == "elementwise":
             return _Elementwise(spec.reference(), PARALLEL_MIN_BYTES / spec.cost)
         if spec.kind in ("unary", "binary"):
-            return _Unary(spec.reference(), UFUNC_MIN_BYTES / spec.cost,
+            return _Unary(spec.reference(), PARALLEL_MIN_BYTES / spec.cost,
                           maskable=spec.ref.startswith("numpy:"))
         if spec.kind == "logsumexp":
             return lse_partial
