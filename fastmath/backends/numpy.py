@@ -64,7 +64,10 @@ class _Unary:
         self.ufunc = ufunc
         self.min_bytes = min_bytes
         self.maskable = maskable
-        self._native = None  # looked up on the first large call
+        # NumPy's own ufuncs only (``maskable`` says so): SciPy's loops may report their
+        # errors through Python, which the compiled pool's threads (no GIL) cannot do.
+        # Looked up on the first large call.
+        self._native = None if maskable else ()
 
     def __call__(self, *ins):
         out = ins[-1]

@@ -135,3 +135,16 @@ def test_in_one_thread_nothing_is_split(fresh, spy):
     finally:
         _parallel.serial.reset(token)
     assert not spy
+
+
+def test_scipys_ufuncs_never_run_on_the_compiled_pool(fresh, spy):
+    """SciPy's loops may report their errors through Python (scipy.special.errstate),
+    which the compiled pool's threads, running without the GIL, cannot do: the numpy
+    backend splits them on the Python pool, as before."""
+    import scipy.special
+
+    x = np.random.default_rng(6).standard_normal(N)
+    with fastmath.backend("numpy"):
+        same(fastmath.erf(x), scipy.special.erf(x))
+        same(fastmath.expit(x), scipy.special.expit(x))
+    assert not spy
