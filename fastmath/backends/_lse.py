@@ -162,29 +162,25 @@ def small_kernel():
     or None: not built, or not agreeing with ``lse_finite`` under this NumPy."""
     global _kernel
     if _kernel is False:
-        try:
-            from . import _lse_kernel
-            # NumPy's own ufuncs, also while fastmath.patch() has numpy.exp replaced
-            _lse_kernel.bind(np.exp, np.log, np.log1p, np.add, np.maximum)
-            kernel = _lse_kernel.logsumexp
-        except (ImportError, ValueError):
-            kernel = None
+        module = block_kernel()
+        kernel = None if module is None else module.logsumexp
         _kernel = kernel if kernel is not None and agrees(kernel) else None
     return _kernel
 
 
-_blocks = False  # not looked for yet
+_module = False  # not looked for yet
 
 
 def block_kernel():
-    """The compiled kernel's module for partials of large arrays (``partial``, ``merge``;
-    see _lse_kernel.c), with NumPy's loops bound; None where it was not built."""
-    global _blocks
-    if _blocks is False:
+    """The compiled kernel's module (``logsumexp``; ``partial`` and ``merge`` for large
+    arrays: see _lse_kernel.c), with NumPy's loops bound; None where it was not built."""
+    global _module
+    if _module is False:
         try:
             from . import _lse_kernel
+            # NumPy's own ufuncs, also while fastmath.patch() has numpy.exp replaced
             _lse_kernel.bind(np.exp, np.log, np.log1p, np.add, np.maximum)
-            _blocks = _lse_kernel
+            _module = _lse_kernel
         except (ImportError, ValueError):
-            _blocks = None
-    return _blocks
+            _module = None
+    return _module

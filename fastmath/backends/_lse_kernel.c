@@ -179,8 +179,6 @@ DEFINE_SHIFT(double, shift_d, -708.0)
 
 DEFINE_LSE(float, lse_f, shift_f)
 DEFINE_LSE(double, lse_d, shift_d)
-#define lse_float_chunks lse_f_sum
-#define lse_double_chunks lse_d_sum
 /* --- partials of large arrays, one group of a thread pool's work per call ------------------
  * backends/numpy.py splits a large logsumexp into groups of rows and runs them on its
  * pool. Each group is reduced here to SciPy's decomposition (M, m, s) (backends/_lse.py):
@@ -216,8 +214,7 @@ enum { FLAT, ROWS, COLS };
         }                                                                               \
     }
 
-/* e[i] = a[i] - M[i] with a[i] == M[i] counted into c[i] and its term left out; returns
- * whether every M[i] is finite. */
+/* e[i] = a[i] - M[i], with a[i] == M[i] counted into c[i] and its term left out. */
 #define DEFINE_SHIFTV(T, NAME)                                                             \
     WIDEST static void NAME(const T *restrict a, const T *restrict M, npy_intp n,          \
                             T *restrict e, T *restrict c)                               \
@@ -252,7 +249,8 @@ enum { FLAT, ROWS, COLS };
         }                                                                               \
     }
 
-#define DEFINE_PARTIAL(T, NAME, SHIFT, SHIFTV, MERGE, RAISE, ADDROWS)                      \
+/* SUM: DEFINE_LSE's chunked shift, exp and pairwise sum of one run (lse_f_sum, lse_d_sum) */
+#define DEFINE_PARTIAL(T, NAME, SUM, SHIFTV, MERGE, RAISE, ADDROWS)                        \
     DEFINE_MERGE(T, MERGE)                                                              \
     DEFINE_SHIFTV(T, SHIFTV)                                                            \
     DEFINE_ROWLOOPS(T, RAISE, ADDROWS)                                                  \
@@ -272,7 +270,7 @@ enum { FLAT, ROWS, COLS };
             if (!(Mb - Mb == 0)) {                                                      \
                 return -1;                                                              \
             }                                                                           \
-            T sb = lse_##T##_chunks(lp, a + i, len, Mb, e, &c, &low);                   \
+            T sb = SUM(lp, a + i, len, Mb, e, &c, &low);                                \
             T cb = (T)c;                                                                \
             if (i == 0) {                                                               \
                 *M = Mb, *m = cb, *s = sb;                                              \
@@ -284,8 +282,8 @@ enum { FLAT, ROWS, COLS };
         return 0;                                                                       \
     }                                                                                   \
                                                                                         \
-    /* mode FLAT: all of a (rows x n, row stride ld) as one run (ld == n);              \
-     * ROWS: each row on its own; COLS: over the rows, a result per column. */          \
+    /* mode FLAT: all of a (rows x n, contiguous) as one run; ROWS: each row on its     \
+     * own; COLS: over the rows, a result per column. */                                \
     static int NAME(const Loop *lp, const T *a, npy_intp rows, npy_intp n, int mode,     \
                     T *M, T *m, T *s, T *scratch)                                       \
     {                                                                                   \
@@ -342,8 +340,8 @@ enum { FLAT, ROWS, COLS };
         return 0;                                                                       \
     }
 
-DEFINE_PARTIAL(float, partial_f, shift_f, shiftv_f, merge_f, raise_f, addrows_f)
-DEFINE_PARTIAL(double, partial_d, shift_d, shiftv_d, merge_d, raise_d, addrows_d)
+DEFINE_PARTIAL(float, partial_f, lse_f_sum, shiftv_f, merge_f, raise_f, addrows_f)
+DEFINE_PARTIAL(double, partial_d, lse_d_sum, shiftv_d, merge_d, raise_d, addrows_d)
 
 
 static PyObject *py_logsumexp(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
