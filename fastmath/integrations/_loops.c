@@ -49,6 +49,11 @@
 #define MAXTHREADS 256
 #define FLAGS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID | FE_INEXACT)
 
+/* One back-off record: `left` runs still to keep whole, the next pause `skip`. */
+typedef struct {
+    atomic_int left, skip;
+} Pace;
+
 typedef struct {
     PyUFuncGenericFunction original; /* set once, never cleared */
     PyUFuncGenericFunction *where;   /* &ufunc->functions[i] */
@@ -57,8 +62,7 @@ typedef struct {
     atomic_long min_split;           /* elements from which a run is split */
     atomic_long piece;               /* elements per piece */
     atomic_ulong calls, split_calls, paced_calls;
-    /* the back-off of its splits, by run length (a power of two each): see split() */
-    struct { atomic_int left, skip; } pace[BUCKETS];
+    Pace pace[BUCKETS]; /* the back-off of its splits, by run length: see split() */
 } Slot;
 
 /* All a short run reads, in one 16-byte cell apart from the Slot: the short path touches
@@ -290,45 +294,46 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         job.steps[k] = steps[k];
     }
     /* A split that took longer than the caller's CPU time for its own pieces, scaled to
-     * all of them (by a twentieth: alone_ns), ran slower than one thread would have: a helper whose core was taken (another process,
-     * or another library's threads spinning on after their call: OpenBLAS's spin for a
-     * long while) or that woke too slowly for a run this short. The next `skip` runs of
-     * this loop and length then run in one piece (doubling while splits keep losing,
-     * up to MOST_PAUSE, halving when one wins), as fastmath's Python-level back-off does (_parallel.py). */
+     * all of them (alone_ns), by a twentieth, ran slower than one thread would have: a
+     * helper whose core was taken (another process, or another library's threads
+     * spinning on after their call: OpenBLAS's spin for a long while) or that woke too
+     * slowly for a run this short. The next `skip` runs of this loop and length then run
+     * in one piece (doubling while splits keep losing, up to MOST_PAUSE, halving when one
+     * wins), as fastmath's Python-level back-off does (_parallel.py). */
     int b = 63 - __builtin_clzll((unsigned long long)n);
-    b = b < BUCKETS ? b : BUCKETS - 1;
+    Pace *pace = &s->pace[b < BUCKETS ? b : BUCKETS - 1];
     int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
-    if (paced && atomic_load_explicit(&s->pace[b].left, memory_order_relaxed) > 0) {
-        atomic_fetch_sub_explicit(&s->pace[b].left, 1, memory_order_relaxed);
+    if (paced && atomic_load_explicit(&pace->left, memory_order_relaxed) > 0) {
+        atomic_fetch_sub_explicit(&pace->left, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
         pthread_mutex_unlock(&busy);
         return 0;
     }
     job.timed = paced;
     struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (paced) {
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+    }
     int ran = run_job(&job, threads);
     pthread_mutex_unlock(&busy);
     if (!ran) {
         return 0;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (!paced) {
-        goto done;
+    if (paced) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long long wall = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+        long long alone = alone_ns(&job);
+        int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
+        skip = skip < 1 ? 1 : skip;
+        if (alone >= 0 && wall * 100 > alone * 105) {
+            atomic_store_explicit(&pace->left, skip, memory_order_relaxed);
+            atomic_store_explicit(&pace->skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
+                                  memory_order_relaxed);
+        }
+        else {
+            atomic_store_explicit(&pace->skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
+        }
     }
-    long long wall = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
-    int skip = atomic_load_explicit(&s->pace[b].skip, memory_order_relaxed);
-    skip = skip < 1 ? 1 : skip;
-    long long alone = alone_ns(&job);
-    if (alone >= 0 && wall * 100 > alone * 105) {
-        atomic_store_explicit(&s->pace[b].left, skip, memory_order_relaxed);
-        atomic_store_explicit(&s->pace[b].skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
-                              memory_order_relaxed);
-    }
-    else {
-        atomic_store_explicit(&s->pace[b].skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
-    }
-done:;
 
     int raised = atomic_load(&job.flags);
     if (raised) {
