@@ -6,10 +6,11 @@ Each workload is code fastmath does not own (pandas, xarray, scipy.stats, scikit
 statsmodels) run three ways in the same process, in interleaved rounds: plain NumPy/SciPy,
 under ``fastmath.patch()`` (fastmath's functions swapped in) and under
 ``fastmath.patch(mode="loops")`` (NumPy's own loops split over threads). For each it prints
-the median times, the speed-up against plain, whether the results are bitwise equal to
-plain (or their largest relative difference), and what fastmath ran: the fastmath
-functions called (functions mode) and the loops split (loop mode), counted on one extra
-untimed run. Report ``uptime``'s load average with any figure.
+the median times (the modes take turns to run first in a round), the median of the
+rounds' speed-ups against plain, whether the results are bitwise equal to plain (or
+their largest relative difference), and what fastmath ran: the fastmath functions called
+(functions mode) and the loops split (loop mode), counted on one extra untimed run.
+Report ``uptime``'s load average with any figure.
 """
 from __future__ import annotations
 
@@ -191,15 +192,20 @@ def main(argv=None) -> int:
         results = {}
         for mode in MODES.values():  # warm-up: imports, first-touch, thread start
             _timed(fn, state, mode)
-        for _ in range(args.rounds):
-            for label, mode in MODES.items():
+        order = list(MODES.items())
+        for r in range(args.rounds):  # each mode takes each place in the round in turn
+            for label, mode in order[r % len(order):] + order[:r % len(order)]:
                 t, results[label] = _timed(fn, state, mode)
                 times[label].append(t)
         base = statistics.median(times["plain"])
         print(f"\n{name}: plain {base * 1e3:.1f} ms")
         for label, mode in list(MODES.items())[1:]:
             med = statistics.median(times[label])
-            print(f"  {label:8s} {med * 1e3:8.1f} ms  {base / med:5.2f}x  "
+            # the speed-up of each round (plain's time over this mode's, run side by side),
+            # median of them: steadier than a ratio of medians when the machine's speed
+            # drifts over the run (a whole statsmodels fit moved by 10-30% here)
+            ratio = statistics.median(p / t for p, t in zip(times["plain"], times[label]))
+            print(f"  {label:8s} {med * 1e3:8.1f} ms  {ratio:5.2f}x  "
                   f"{_compare(results['plain'], results[label]):16s} "
                   f"ran: {_what_ran(fn, state, mode)}")
     print(f"\nload average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")

@@ -128,8 +128,11 @@ class _Unary:
                 or (x.ctypes.data != out.ctypes.data and np.may_share_memory(x, out))):
             return None
         pace = _parallel.sized_contention(out.nbytes)
-        if not pace.split_now():
-            return recorded(self.ufunc, x, out=out)
+        if not pace.split_now():  # in one piece, timed: what one thread takes at this size
+            start = time.perf_counter()
+            flags = recorded(self.ufunc, x, out=out)
+            pace.ran_whole(time.perf_counter() - start, x.size)
+            return flags
         xs, outs = x.reshape(-1), out.reshape(-1)
         chunks = _parallel.bounds(xs.size, parts * _parallel.OVERSPLIT)
         ins = [xs[i:j] for i, j in chunks]
@@ -140,9 +143,8 @@ class _Unary:
         if len(left) == len(ins):  # none taken (a dtype NumPy's call would cast)
             return None
         wall = time.perf_counter() - start
-        alone = _loops.last_cpu()  # the caller's CPU time for its chunks, scaled to all
-        if alone is not None:
-            pace.record(wall, alone)
+        # against the caller's CPU time for its chunks scaled to all, and calls run whole
+        pace.record_split(wall, _loops.last_cpu(), xs.size)
         bits = 0
         for f in flags or ():
             bits |= f or 0

@@ -191,13 +191,18 @@ contention = _Contention()
 
 class _Sized(_Contention):
     """The back-off of the calls of one size that run on the compiled pool (the numpy
-    backend's large unary calls). There the time one thread would have taken is known (the
-    caller's CPU time for its own chunks, scaled to all of them), so a split is judged
-    against it with no allowance for a helper's wake-up: at a fraction of a millisecond
-    the wake-up is what decides whether splitting pays. Between the BLAS calls
-    of a statsmodels fit, whose OpenBLAS threads spin on after each call, exp of 500,000
-    float64 took 0.54-0.70 ms split against 0.42 ms in one thread (2-core AMD EPYC VM),
-    while a 10^7 call still gains 1.7x: each size keeps its own record."""
+    backend's large unary calls).
+
+    A split is judged against what one thread takes, two ways. The caller's CPU time for
+    its own chunks, scaled to all of them, answers at once, but reads high when the two
+    threads slow each other (a shared memory bus, a core another library's threads spin
+    on): between the BLAS calls of a statsmodels fit, whose OpenBLAS threads spin on after
+    each call, exp of 500,000 float64 took 0.50-0.70 ms split while the caller's chunks
+    scaled up read 0.48-0.60 ms, and NumPy's own call 0.42 ms (2-core AMD EPYC VM). So the
+    calls of this size that run whole are timed too (those a pause keeps whole, the second
+    call of each size and one in every ``SAMPLE`` while splits win), and a split slower
+    than the median of the last ``KEEP`` of them, per element, lost as well. Each size keeps its own record: a 10^7
+    call still gains 1.7x there."""
 
     WAKE = 0.0
     # Lost only when slower than one thread would have been: the first split after the
@@ -206,6 +211,42 @@ class _Sized(_Contention):
     # helpers are awake, their whole gain (log of 10^7 float32 in bench/peers.py: 1.02x of
     # NumPy with a loss at 0.9, 1.31x without the back-off).
     LOST = 1.05
+    # One call in SAMPLE runs whole to keep the record of one thread's time current (at
+    # 500,000 float64 it costs that call ~0.1 ms of its gain: 0.2% of the calls' time).
+    SAMPLE, KEEP = 64, 5
+
+    def __init__(self):
+        super().__init__()
+        self.whole = []  # seconds per element of the last KEEP calls run whole
+        self.since = 0  # calls since one ran whole: the first splits, the second runs whole
+
+    def split_now(self) -> bool:
+        self.since += 1
+        if (not super().split_now()  # a pause (its calls are timed as well)
+                or self.since > self.SAMPLE or (self.since > 1 and not self.whole)):
+            self.since = 0
+            return False
+        return True
+
+    def ran_whole(self, seconds: float, n: int) -> None:
+        """A call of ``n`` elements that ran in one piece took ``seconds``."""
+        whole = self.whole
+        whole.append(seconds / n)
+        if len(whole) > self.KEEP:
+            del whole[0]
+
+    def one_thread(self, n: int):
+        """What a call of ``n`` elements takes in one piece lately (seconds), or None."""
+        if not self.whole:
+            return None
+        return sorted(self.whole)[len(self.whole) // 2] * n
+
+    def record_split(self, wall: float, alone, n: int) -> None:
+        """Judge a split of ``n`` elements that took ``wall`` seconds; ``alone`` is the
+        caller's CPU time for its chunks scaled to all (None: not known)."""
+        whole = self.one_thread(n)
+        self.judge((alone is not None and wall > self.LOST * alone)
+                   or (whole is not None and wall > whole))
 
 
 _sized: dict = {}

@@ -49,9 +49,15 @@
 #define MAXTHREADS 256
 #define FLAGS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID | FE_INEXACT)
 
-/* One back-off record: `left` runs still to keep whole, the next pause `skip`. */
+#define SAMPLE 64 /* one run in SAMPLE runs whole, timed, while splits win (see split()) */
+#define KEEP 3     /* whole runs remembered */
+
+/* One back-off record: `left` runs still to keep whole, the next pause `skip`; `since`
+ * runs since one ran whole, and the time per element of the last KEEP that did
+ * (picoseconds; 0: none yet), `kept` of them in all. */
 typedef struct {
-    atomic_int left, skip;
+    atomic_int left, skip, since, kept;
+    atomic_uint whole[KEEP];
 } Pace;
 
 typedef struct {
@@ -271,6 +277,40 @@ static int run_job(Job *job, int threads)
     return 1;
 }
 
+/* The run in one piece, as NumPy would, timed: what one thread takes per element at this
+ * loop and length lately (a pause's runs and one in SAMPLE). */
+static void run_whole(Slot *s, Pace *pace, char **args, npy_intp n, const npy_intp *steps,
+                      void *data)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    s->original(args, &n, steps, data);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ps = ((t1.tv_sec - t0.tv_sec) * 1e12 + (t1.tv_nsec - t0.tv_nsec) * 1e3) / (double)n;
+    unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)ps;
+    int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
+    atomic_store_explicit(&pace->whole[k % KEEP], v, memory_order_relaxed);
+    atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
+}
+
+/* The median of the whole runs remembered, picoseconds per element; 0 if none yet. */
+static unsigned one_thread_ps(Pace *pace)
+{
+    unsigned v[KEEP];
+    int m = 0;
+    for (int k = 0; k < KEEP; k++) {
+        unsigned x = atomic_load_explicit(&pace->whole[k], memory_order_relaxed);
+        if (x > 0) {
+            int j = m++;
+            for (; j > 0 && v[j - 1] > x; j--) {
+                v[j] = v[j - 1];
+            }
+            v[j] = x;
+        }
+    }
+    return m ? v[m / 2] : 0;
+}
+
 /* Split one run; 0 when it could not (the caller then runs the original loop). */
 static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *data)
 {
@@ -297,17 +337,31 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
      * all of them (alone_ns), by a twentieth, ran slower than one thread would have: a
      * helper whose core was taken (another process, or another library's threads
      * spinning on after their call: OpenBLAS's spin for a long while) or that woke too
-     * slowly for a run this short. The next `skip` runs of this loop and length then run
-     * in one piece (doubling while splits keep losing, up to MOST_PAUSE, halving when one
-     * wins), as fastmath's Python-level back-off does (_parallel.py). */
+     * slowly for a run this short. So did a split slower than the median of the last
+     * runs of this loop and length that ran whole (run_whole): the caller's CPU time
+     * reads high when the two threads slow each other (between a statsmodels fit's BLAS
+     * calls, exp of 500,000 float64 split in 0.50-0.70 ms, its caller's pieces scaled up
+     * read 0.48-0.60 ms, one thread took 0.42 ms). The next `skip` runs of this loop and
+     * length then run in one piece (doubling while splits keep losing, up to MOST_PAUSE,
+     * halving when one wins), as fastmath's Python-level back-off does (_parallel.py);
+     * the second run of each, and one in SAMPLE after, runs whole to keep that time. */
     int b = 63 - __builtin_clzll((unsigned long long)n);
     Pace *pace = &s->pace[b < BUCKETS ? b : BUCKETS - 1];
     int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
-    if (paced && atomic_load_explicit(&pace->left, memory_order_relaxed) > 0) {
-        atomic_fetch_sub_explicit(&pace->left, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
-        pthread_mutex_unlock(&busy);
-        return 0;
+    if (paced) {
+        int left = atomic_load_explicit(&pace->left, memory_order_relaxed);
+        int since = atomic_fetch_add_explicit(&pace->since, 1, memory_order_relaxed);
+        int sample = since >= SAMPLE
+                     || (since > 0 && atomic_load_explicit(&pace->kept, memory_order_relaxed) == 0);
+        if (left > 0 || sample) {
+            pthread_mutex_unlock(&busy);
+            if (left > 0) {
+                atomic_fetch_sub_explicit(&pace->left, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
+            }
+            run_whole(s, pace, args, n, steps, data);
+            return 1;
+        }
     }
     job.timed = paced;
     struct timespec t0, t1;
@@ -325,7 +379,9 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         long long alone = alone_ns(&job);
         int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
         skip = skip < 1 ? 1 : skip;
-        if (alone >= 0 && wall * 100 > alone * 105) {
+        unsigned whole = one_thread_ps(pace);
+        if ((alone >= 0 && wall * 100 > alone * 105)
+                || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)n)) {
             atomic_store_explicit(&pace->left, skip, memory_order_relaxed);
             atomic_store_explicit(&pace->skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
                                   memory_order_relaxed);
@@ -1001,6 +1057,29 @@ static PyObject *py_paced(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(atomic_load(&s->paced_calls));
 }
 
+static PyObject *py_pace(PyObject *self, PyObject *args)
+{
+    int i;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "in", &i, &n)) {
+        return NULL;
+    }
+    if (i < 0 || i >= nslots || n < 1) {
+        PyErr_SetString(PyExc_IndexError, "no such loop slot, or a run length below 1");
+        return NULL;
+    }
+    int b = 63 - __builtin_clzll((unsigned long long)n);
+    Pace *pace = &slots[i].pace[b < BUCKETS ? b : BUCKETS - 1];
+    unsigned ps = one_thread_ps(pace);
+    PyObject *one = ps ? PyFloat_FromDouble(ps * 1e-12 * (double)n) : Py_NewRef(Py_None);
+    if (one == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:N}", "left", atomic_load(&pace->left),
+                         "skip", atomic_load(&pace->skip), "since", atomic_load(&pace->since),
+                         "kept", atomic_load(&pace->kept), "one_thread", one);
+}
+
 static PyObject *py_set_pacing(PyObject *self, PyObject *args)
 {
     int on;
@@ -1075,6 +1154,9 @@ static PyMethodDef methods[] = {
      "set_counting(bool) -> previous: count every call (each then takes the long path)"},
     {"paced", py_paced, METH_VARARGS,
      "paced(slot) -> runs long enough to split that the back-off ran in one piece"},
+    {"pace", py_pace, METH_VARARGS,
+     "pace(slot, n) -> {left, skip, since, kept, one_thread}: the back-off record of runs of\n"
+     "about n elements (one_thread: seconds a whole run of n takes lately, or None)"},
     {"set_pacing", py_set_pacing, METH_VARARGS,
      "set_pacing(bool) -> previous: splits back off while they lose (on by default)"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},

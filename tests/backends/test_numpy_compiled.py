@@ -5,6 +5,7 @@ back-off per call size (``_parallel.sized_contention``).
 Oracle: NumPy's own call on the same input, bit for bit (the very loop runs on every
 chunk), with NumPy's warnings and exceptions under ``np.errstate``.
 """
+import time
 import warnings
 
 import numpy as np
@@ -124,6 +125,30 @@ def test_a_size_whose_splits_lose_runs_in_one_piece(fresh, spy, monkeypatch):
         for _ in range(3):
             fastmath.exp(x)
     assert pace.skip == 4 and len(spy) == 5  # paused 2 more, then a split that won
+
+
+def test_a_split_slower_than_the_calls_run_whole_lost(fresh, spy, monkeypatch):
+    """The second call of a size runs whole and is timed; a later split slower than such
+    calls lost even where the caller's CPU time for its chunks, scaled up, says it won
+    (that reading runs high when the two threads slow each other)."""
+    x = np.random.default_rng(6).standard_normal(N)
+    monkeypatch.setattr(numpy_backend._loops, "last_cpu", lambda: 1.0)  # "won", by CPU time
+    pace = _parallel.sized_contention(x.nbytes)
+    with fastmath.backend("numpy"):
+        same(fastmath.exp(x), np.exp(x))  # split
+        same(fastmath.exp(x), np.exp(x))  # whole, timed
+        assert len(spy) == 1 and len(pace.whole) == 1
+        t = time.perf_counter()
+        np.exp(x)
+        assert 0 < pace.one_thread(x.size) < 100 * (time.perf_counter() - t)
+        pace.whole[:] = [1e-15]  # one thread takes a femtosecond an element: splits lose
+        same(fastmath.exp(x), np.exp(x))
+        assert len(spy) == 2 and pace.left == 1
+        same(fastmath.exp(x), np.exp(x))  # paused, and timed
+        assert len(spy) == 2 and len(pace.whole) == 2
+        pace.whole[:] = [1.0]  # a second an element: the next split wins
+        same(fastmath.exp(x), np.exp(x))
+        assert len(spy) == 3 and pace.left == 0
 
 
 def test_in_one_thread_nothing_is_split(fresh, spy):

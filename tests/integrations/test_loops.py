@@ -10,8 +10,10 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy
+
 import pytest
 import scipy.special
 import scipy.stats
@@ -442,10 +444,45 @@ def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch):
         for _ in range(50):
             _bitwise(numpy.exp(x), want)
         split, paced = _split_calls(key) - split, _loopmode.paced()[key] - paced
-    assert split + paced == 50
+    assert split + paced == 50  # the second run, timed whole, fell in the first pause
     assert 2 <= split <= 10 and paced >= 30, (split, paced)
     _loopmode.pacing(False)
     with fastmath.patch(mode="loops"):
         split = _split_calls(key)
         _bitwise(numpy.exp(x), want)
         assert _split_calls(key) == split + 1  # without pacing every such run splits
+
+
+def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch):
+    """The second run of a loop and length runs whole and is timed, and so is one in 64
+    after: a split slower than those runs lost, even when the caller's own CPU time (which
+    reads high when the two threads slow each other) says it won."""
+    if fastmath.dispatch._parallel.threads() < 2:
+        pytest.skip("one thread: nothing splits")
+    for name, value in (("_SPLIT_AT", 2), ("_MIN_SPLIT", 2), ("_PIECE", 64)):
+        monkeypatch.setattr(_loopmode, name, value)
+    _loopmode.pacing(True)
+    n = 3001  # a run length no other test uses: its own, fresh record
+    x = RNG.standard_normal(n)
+    key = "sqrt d->d"
+    want = numpy.sqrt(numpy.abs(x))
+    ax = numpy.abs(x)
+    with fastmath.patch(mode="loops"):
+        slot = next(s for s, k in _loopmode._known.items() if k == key)
+        pace = _loopmode._loops.pace(slot, n)
+        assert pace["kept"] == 0 and pace["one_thread"] is None
+        split = _split_calls(key)
+        _bitwise(numpy.sqrt(ax), want)  # the first run splits
+        assert _split_calls(key) == split + 1
+        _bitwise(numpy.sqrt(ax), want)  # the second runs whole, timed
+        assert _split_calls(key) == split + 1
+        pace = _loopmode._loops.pace(slot, n)
+        assert pace["kept"] == 1 and pace["since"] == 0
+        t = time.perf_counter()
+        numpy.sqrt(ax, out=numpy.empty_like(ax))
+        assert 0 < pace["one_thread"] < 100 * (time.perf_counter() - t) + 1e-3
+        for _ in range(100):
+            _bitwise(numpy.sqrt(ax), want)
+        pace = _loopmode._loops.pace(slot, n)
+        assert pace["kept"] >= 2  # at least one more sample (64 runs on, or paused ones)
+    _loopmode.pacing(False)
