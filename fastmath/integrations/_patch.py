@@ -12,7 +12,9 @@ identical objects, when the last active patch ends, exception or not. fastmath's
 never sees the swap: it reads NumPy through ``fastmath._numpy``, and every reference is
 resolved (``Spec.reference``) before the first swap. A module first imported during the
 patch that bound fastmath's object (``from numpy import exp``) gets the original back too,
-and NumPy's ufuncs stay picklable throughout (by name, as NumPy pickles them).
+and NumPy's ufuncs stay picklable throughout (by name, as NumPy pickles them). A compiled
+extension module imported during the patch sees the originals while it initialises
+(``_Window``): such modules use the ufuncs they look up by name at C level.
 
 ``mode="loops"`` (fastmath/integrations/_loopmode.py) reaches further: it replaces the inner loops of
 NumPy's ufuncs themselves, so no name changes at all; ``mode="both"`` does both.
@@ -29,7 +31,8 @@ from .. import _registry
 from ._nested import Nested
 
 MODES = ("functions", "loops", "both")
-_saved: list = []  # (module, attribute, original object, was it in the module's __dict__)
+_saved: list = []  # (module, attribute, original object, was it in the module's __dict__,
+#                     fastmath's object)
 _modules_before: set = set()  # sys.modules' names when the swap began
 _numpy_reduce = None  # NumPy's pickle reducer for ufuncs, while ours stands in
 
@@ -68,9 +71,94 @@ def _swap_in() -> None:
     _modules_before.update(sys.modules)
     _numpy_reduce = copyreg.dispatch_table.get(numpy.ufunc)
     copyreg.pickle(numpy.ufunc, _reduce_ufunc)
-    for module, attr, original, own, replacement in targets:
-        _saved.append((module, attr, original, own))
-        setattr(module, attr, replacement)
+    with _window:
+        for module, attr, original, own, replacement in targets:
+            _saved.append((module, attr, original, own, replacement))
+            if not _window.open:  # else the window's end puts it in place
+                setattr(module, attr, replacement)
+    _extensions.install()
+
+
+class _Window:
+    """The originals back in their modules while a compiled extension module initialises.
+
+    Extension modules look NumPy's ufuncs up by name when they are imported, and use what
+    they find as a ufunc at C level, unchecked: ml_dtypes (which JAX and TensorFlow import)
+    and NumPy's own ``_rational_tests`` register their loops on ``numpy.square``,
+    ``numpy.logaddexp``, ... that way, and found fastmath's Python objects there while a
+    patch was active: "AssertionError: ufunc logaddexp takes -1913271464 arguments", or
+    worse, a read of memory that is not a ufunc. While one initialises, every thread sees
+    NumPy's and SciPy's own objects (the same results, only not through fastmath); the
+    swap is put back when the last such import ends, if a patch is active then.
+    """
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.RLock()
+        self.open = 0  # extension imports under way
+
+    def __enter__(self):
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self.lock.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def originals(self):
+        with self.lock:
+            if not self.open:
+                for module, attr, original, _, _ in _saved:
+                    setattr(module, attr, original)
+            self.open += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.open -= 1
+                if not self.open:  # the patch active now, if any (_saved is empty if none)
+                    for module, attr, _, _, replacement in _saved:
+                        setattr(module, attr, replacement)
+
+
+_window = _Window()
+
+
+class _Extensions:
+    """importlib's loader of compiled extension modules, run inside ``_window.originals``
+    while a patch is active (its ``create_module`` runs a single-phase module's init, its
+    ``exec_module`` a multi-phase one's)."""
+
+    def __init__(self):
+        self.saved = None
+
+    def install(self):
+        from importlib.machinery import ExtensionFileLoader as loader
+
+        if self.saved is not None:
+            return
+        create, execute = loader.create_module, loader.exec_module
+        self.saved = (create, execute)
+
+        def create_module(self, spec):
+            with _window.originals():
+                return create(self, spec)
+
+        def exec_module(self, module):
+            with _window.originals():
+                return execute(self, module)
+        create_module.__doc__, exec_module.__doc__ = create.__doc__, execute.__doc__
+        loader.create_module, loader.exec_module = create_module, exec_module
+
+    def remove(self):
+        from importlib.machinery import ExtensionFileLoader as loader
+
+        if self.saved is not None:
+            loader.create_module, loader.exec_module = self.saved
+            self.saved = None
+
+
+_extensions = _Extensions()
 
 
 def _unbind_in_new_modules(originals: dict) -> None:
@@ -97,13 +185,15 @@ def _unbind_in_new_modules(originals: dict) -> None:
 def _restore() -> None:
     global _numpy_reduce
     originals = {}
-    while _saved:
-        module, attr, original, own = _saved.pop()
-        originals[id(getattr(module, attr))] = (getattr(module, attr), original)
-        if own:
-            setattr(module, attr, original)
-        else:  # it came from the module's __getattr__: let it do so again
-            delattr(module, attr)
+    _extensions.remove()
+    with _window:
+        while _saved:
+            module, attr, original, own, replacement = _saved.pop()
+            originals[id(replacement)] = (replacement, original)
+            if own:
+                setattr(module, attr, original)
+            else:  # it came from the module's __getattr__: let it do so again
+                delattr(module, attr)
     _unbind_in_new_modules(originals)
     _modules_before.clear()
     if _numpy_reduce is not None:

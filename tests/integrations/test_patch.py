@@ -238,3 +238,70 @@ def test_modules_first_imported_inside_get_the_originals_back(tmp_path, monkeypa
     assert late_mod.logsumexp is scipy.special.logsumexp
     assert late_mod.copied.exp is numpy.exp
     assert late_mod.namespace["exp"] is fastmath.exp  # a dict inside a module is not reached
+
+
+def test_extension_modules_imported_inside_see_numpys_ufuncs():
+    """A compiled extension that looks NumPy's ufuncs up by name as it initialises, and
+    registers loops on them at C level (NumPy's own _rational_tests here; ml_dtypes, which
+    JAX imports, does the same), finds NumPy's objects even while the patch is active;
+    fastmath's are back in place once it has loaded. Fails without the import window:
+    "AssertionError: ufunc square takes <garbage> arguments"."""
+    code = textwrap.dedent("""
+        import numpy, fastmath
+        from importlib.machinery import ExtensionFileLoader as L
+        before = (L.create_module, L.exec_module)
+        with fastmath.patch():
+            import numpy._core._rational_tests as r
+            assert numpy.square is fastmath.square and numpy.add is fastmath.add
+            x = numpy.array([r.rational(1, 2), r.rational(-3, 4)])
+            got = numpy.square(x)
+        assert (L.create_module, L.exec_module) == before
+        want = numpy.square(x)
+        assert got.dtype == want.dtype and list(got) == list(want), (got, want)
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=180)
+    assert r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_ml_dtypes_imports_inside_the_patch():
+    pytest.importorskip("ml_dtypes")  # not imported here: the child imports it first
+    code = textwrap.dedent("""
+        import numpy, fastmath
+        with fastmath.patch():
+            import ml_dtypes
+            x = numpy.array([0.5, 2.0], ml_dtypes.bfloat16)
+            got = numpy.logaddexp(x, x)
+        want = numpy.logaddexp(x, x)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=180)
+    assert r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_the_import_window_nests_and_outlives_no_patch():
+    from fastmath.integrations import _patch
+
+    with fastmath.patch():
+        with _patch._window.originals():
+            assert numpy.exp is not fastmath.exp and isinstance(numpy.exp, numpy.ufunc)
+            assert isinstance(numpy.square, numpy.ufunc)
+            with _patch._window.originals():
+                assert isinstance(numpy.exp, numpy.ufunc)
+            assert isinstance(numpy.exp, numpy.ufunc)  # the outer import still under way
+        assert numpy.exp is fastmath.exp
+        window = _patch._window.originals()
+        window.__enter__()
+    # the patch ended while an import was under way: the import's end puts nothing back
+    window.__exit__(None, None, None)
+    assert isinstance(numpy.exp, numpy.ufunc)
+    window = _patch._window.originals()
+    window.__enter__()
+    with fastmath.patch():  # begun while an import is under way: in place once it ends
+        assert isinstance(numpy.exp, numpy.ufunc)
+        window.__exit__(None, None, None)
+        assert numpy.exp is fastmath.exp
+    assert isinstance(numpy.exp, numpy.ufunc)
