@@ -37,6 +37,9 @@ _modules_before: set = set()  # sys.modules' names when the swap began
 _numpy_reduce = None  # NumPy's pickle reducer for ufuncs, while ours stands in
 
 
+_DEFINED_IN = "numpy._core._multiarray_umath"  # where NumPy's ufuncs live (umath re-exports)
+
+
 def _reduce_ufunc(func):
     """Pickle a ufunc as NumPy does, by name, even while the name points at fastmath."""
     import numpy
@@ -48,10 +51,13 @@ def _reduce_ufunc(func):
 
     if getattr(umath, name, None) is func:
         # numpy.core._ufunc_reconstruct is NumPy's own unpickler for ufuncs (kept for
-        # old pickles): the result loads anywhere NumPy does, fastmath or not.
+        # old pickles): the result loads anywhere NumPy does, fastmath or not. The module
+        # named is the one NumPy's ufuncs are defined in, not umath: while patched, an old
+        # pickle naming umath loads as what the name is now (_old_pickles), this one as
+        # the very object pickled.
         from numpy.core import _ufunc_reconstruct
 
-        return _ufunc_reconstruct, ("numpy._core.umath", name)
+        return _ufunc_reconstruct, (_DEFINED_IN, name)
     return name  # SciPy's: pickle finds them in their own modules
 
 
@@ -71,12 +77,38 @@ def _swap_in() -> None:
     _modules_before.update(sys.modules)
     _numpy_reduce = copyreg.dispatch_table.get(numpy.ufunc)
     copyreg.pickle(numpy.ufunc, _reduce_ufunc)
+    core = importlib.import_module("numpy.core")
+    reconstruct = vars(core).get("_ufunc_reconstruct")
+    if reconstruct is not None:
+        swapped = {id(t[2]): (t[2], t[4]) for t in targets}
+        targets.append((core, "_ufunc_reconstruct", reconstruct, True,
+                        _old_pickles(reconstruct, swapped)))
     with _window:
         for module, attr, original, own, replacement in targets:
             _saved.append((module, attr, original, own, replacement))
             if not _window.open:  # else the window's end puts it in place
                 setattr(module, attr, replacement)
     _extensions.install()
+
+
+def _old_pickles(reconstruct, swapped: dict):
+    """NumPy's unpickler of pre-1.20 ufunc pickles (``numpy.core._ufunc_reconstruct``), for
+    the patch: a ufunc the patch swapped loads as what its name is now, as a pickle by name
+    does, so an old pickle of ``numpy.cos`` loads as ``numpy.cos`` (NumPy's
+    test_pickle_withstring). A pickle of an original that ``_reduce_ufunc`` made during the
+    patch names NumPy's defining module and loads as that very original. The function
+    pickles under NumPy's own name, so a pickle of it loads where fastmath is absent."""
+
+    def _ufunc_reconstruct(module, name):
+        func = reconstruct(module, name)
+        if module == _DEFINED_IN:  # made by _reduce_ufunc: the very object pickled
+            return func
+        pair = swapped.get(id(func))
+        return pair[1] if pair is not None and pair[0] is func else func
+    _ufunc_reconstruct.__module__ = reconstruct.__module__
+    _ufunc_reconstruct.__qualname__ = reconstruct.__qualname__
+    _ufunc_reconstruct.__doc__ = reconstruct.__doc__
+    return _ufunc_reconstruct
 
 
 class _Window:

@@ -305,3 +305,20 @@ def test_the_import_window_nests_and_outlives_no_patch():
         window.__exit__(None, None, None)
         assert numpy.exp is fastmath.exp
     assert isinstance(numpy.exp, numpy.ufunc)
+
+
+def test_old_ufunc_pickles_load_as_what_the_name_is_now():
+    """A pre-1.20 pickle of numpy.cos (through numpy.core._ufunc_reconstruct; NumPy's
+    test_ufunc.py::test_pickle_withstring) loads as numpy.cos in and out of the patch, as a
+    pickle by name does."""
+    import pickle
+
+    old = (b"cnumpy.core\n_ufunc_reconstruct\np0\n"
+           b"(S'numpy._core.umath'\np1\nS'cos'\np2\ntp3\nRp4\n.")
+    assert pickle.loads(old) is numpy.cos
+    with fastmath.patch():
+        assert pickle.loads(old) is numpy.cos is fastmath.cos
+        assert pickle.loads(pickle.dumps(numpy.cos)) is fastmath.cos
+    assert pickle.loads(old) is numpy.cos and isinstance(numpy.cos, numpy.ufunc)
+    from numpy.core import _ufunc_reconstruct
+    assert _ufunc_reconstruct.__module__ == "numpy.core"  # NumPy's own again
