@@ -201,10 +201,11 @@ class _Sized(_Contention):
     scaled up read 0.48-0.60 ms, and NumPy's own call 0.42 ms (2-core AMD EPYC VM). So the
     calls of this size that run whole are timed too (those a pause keeps whole, the second
     call of each size and one in every ``SAMPLE`` while splits win), and a split slower
-    than the median of the last ``KEEP`` of them, per element, lost as well. Each size keeps its own record: a 10^7
-    call still gains 1.7x there."""
+    than the median of the last ``KEEP`` of them, per element, lost as well. Neither
+    allows for a helper's wake-up (``WAKE`` is not used here): at a fraction of a
+    millisecond the wake-up is what decides whether splitting pays. Each size keeps its
+    own record: a 10^7 call still gains 1.7x there."""
 
-    WAKE = 0.0
     # Lost only when slower than one thread would have been: the first split after the
     # process sat idle often finds a helper still waking (milliseconds, on a VM) and takes
     # as long as one thread, no longer; pausing then would cost the next calls, whose

@@ -277,6 +277,13 @@ static int run_job(Job *job, int threads)
     return 1;
 }
 
+/* The back-off record of the slot's runs of about n elements (one per power of two). */
+static Pace *pace_of(Slot *s, npy_intp n)
+{
+    int b = 63 - __builtin_clzll((unsigned long long)n);
+    return &s->pace[b < BUCKETS ? b : BUCKETS - 1];
+}
+
 /* The run in one piece, as NumPy would, timed: what one thread takes per element at this
  * loop and length lately (a pause's runs and one in SAMPLE). */
 static void run_whole(Slot *s, Pace *pace, char **args, npy_intp n, const npy_intp *steps,
@@ -345,8 +352,7 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
      * length then run in one piece (doubling while splits keep losing, up to MOST_PAUSE,
      * halving when one wins), as fastmath's Python-level back-off does (_parallel.py);
      * the second run of each, and one in SAMPLE after, runs whole to keep that time. */
-    int b = 63 - __builtin_clzll((unsigned long long)n);
-    Pace *pace = &s->pace[b < BUCKETS ? b : BUCKETS - 1];
+    Pace *pace = pace_of(s, n);
     int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
     if (paced) {
         int left = atomic_load_explicit(&pace->left, memory_order_relaxed);
@@ -1068,8 +1074,7 @@ static PyObject *py_pace(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_IndexError, "no such loop slot, or a run length below 1");
         return NULL;
     }
-    int b = 63 - __builtin_clzll((unsigned long long)n);
-    Pace *pace = &slots[i].pace[b < BUCKETS ? b : BUCKETS - 1];
+    Pace *pace = pace_of(&slots[i], n);
     unsigned ps = one_thread_ps(pace);
     PyObject *one = ps ? PyFloat_FromDouble(ps * 1e-12 * (double)n) : Py_NewRef(Py_None);
     if (one == NULL) {

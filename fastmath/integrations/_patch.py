@@ -83,7 +83,7 @@ def _swap_in() -> None:
         swapped = {id(t[2]): (t[2], t[4]) for t in targets}
         targets.append((core, "_ufunc_reconstruct", reconstruct, True,
                         _old_pickles(reconstruct, swapped)))
-    with _window:
+    with _window.lock:
         for module, attr, original, own, replacement in targets:
             _saved.append((module, attr, original, own, replacement))
             if not _window.open:  # else the window's end puts it in place
@@ -129,12 +129,6 @@ class _Window:
 
         self.lock = threading.RLock()
         self.open = 0  # extension imports under way
-
-    def __enter__(self):
-        return self.lock.__enter__()
-
-    def __exit__(self, *exc):
-        return self.lock.__exit__(*exc)
 
     @contextlib.contextmanager
     def originals(self):
@@ -218,7 +212,7 @@ def _restore() -> None:
     global _numpy_reduce
     originals = {}
     _extensions.remove()
-    with _window:
+    with _window.lock:
         while _saved:
             module, attr, original, own, replacement = _saved.pop()
             originals[id(replacement)] = (replacement, original)
