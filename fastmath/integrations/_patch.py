@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import copyreg
 import importlib
+import os
 import sys
+import threading
 
 from . import _loopmode
 from .. import _registry
@@ -86,7 +88,7 @@ def _swap_in() -> None:
     with _window.lock:
         for module, attr, original, own, replacement in targets:
             _saved.append((module, attr, original, own, replacement))
-            if not _window.open:  # else the window's end puts it in place
+            if not _window.inside:  # else the window's end puts it in place
                 setattr(module, attr, replacement)
     _extensions.install()
 
@@ -125,29 +127,44 @@ class _Window:
     """
 
     def __init__(self):
-        import threading
-
         self.lock = threading.RLock()
-        self.open = 0  # extension imports under way
+        self.inside: dict = {}  # thread ident -> extension imports it has under way
+
+    def after_fork_in_child(self):
+        """The child has only the thread that forked: imports the parent's other threads
+        had under way (the lock held, the originals in place) will not end there."""
+        self.lock = threading.RLock()
+        me = threading.get_ident()
+        mine = self.inside.get(me, 0)
+        if self.inside and not mine:
+            for module, attr, _, _, replacement in _saved:
+                setattr(module, attr, replacement)
+        self.inside = {me: mine} if mine else {}
 
     @contextlib.contextmanager
     def originals(self):
+        me = threading.get_ident()
         with self.lock:
-            if not self.open:
+            if not self.inside:
                 for module, attr, original, _, _ in _saved:
                     setattr(module, attr, original)
-            self.open += 1
+            self.inside[me] = self.inside.get(me, 0) + 1
         try:
             yield
         finally:
             with self.lock:
-                self.open -= 1
-                if not self.open:  # the patch active now, if any (_saved is empty if none)
+                if self.inside[me] > 1:
+                    self.inside[me] -= 1
+                else:
+                    del self.inside[me]
+                if not self.inside:  # the patch active now, if any (_saved is empty if none)
                     for module, attr, _, _, replacement in _saved:
                         setattr(module, attr, replacement)
 
 
 _window = _Window()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_window.after_fork_in_child)
 
 
 class _Extensions:

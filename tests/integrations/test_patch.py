@@ -322,3 +322,51 @@ def test_old_ufunc_pickles_load_as_what_the_name_is_now():
     assert pickle.loads(old) is numpy.cos and isinstance(numpy.cos, numpy.ufunc)
     from numpy.core import _ufunc_reconstruct
     assert _ufunc_reconstruct.__module__ == "numpy.core"  # NumPy's own again
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_child_forked_during_an_extension_import_does_not_hang():
+    """A child forked while another thread was inside an extension import (the window's
+    lock held, the originals in place) has no such thread: its imports under the patch
+    must not wait for it, and fastmath's objects are back in place in it. A child forked
+    by the importing thread itself keeps the originals until that import ends."""
+    code = textwrap.dedent("""
+        import os, threading, numpy, fastmath
+        from fastmath.integrations import _patch
+        fastmath.patch.start()
+        inside, leave = threading.Event(), threading.Event()
+
+        def importing():
+            with _patch._window.originals():
+                with _patch._window.lock:
+                    inside.set()
+                    leave.wait()
+
+        t = threading.Thread(target=importing)
+        t.start()
+        inside.wait()
+        pid = os.fork()
+        if pid == 0:
+            ok = numpy.exp is fastmath.exp
+            with _patch._window.originals():
+                ok = ok and isinstance(numpy.exp, numpy.ufunc)
+            import numpy._core._rational_tests
+            ok = ok and numpy.exp is fastmath.exp
+            fastmath.patch.stop()
+            os._exit(0 if ok and isinstance(numpy.exp, numpy.ufunc) else 3)
+        leave.set()
+        t.join()
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        with _patch._window.originals():  # the forking thread's own import goes on
+            pid = os.fork()
+            if pid == 0:
+                ok = isinstance(numpy.exp, numpy.ufunc)
+        if pid == 0:
+            os._exit(0 if ok and numpy.exp is fastmath.exp else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.stdout.split("\n") == ["child 0", "child 0", ""], r.stdout + r.stderr[-2000:]
