@@ -3,7 +3,7 @@
 The library is the ``mkl`` package's ``libmkl_rt`` (``pip install 'fastmath-shim[mkl]'``),
 loaded the first time this backend is asked whether it is available; importing fastmath
 never loads it. Every kernel calls VML's high-accuracy variant (``VML_HA``, below 1 ULP
-from the true value) with errors neither reported nor handled by MKL: VML keeps no NumPy
+from the true value) with errors ignored by MKL (``VML_ERRMODE_IGNORE``): VML keeps no NumPy
 floating-point flags, so where the output shows a flag could have arisen kernels return
 UNCHECKED and the front end derives NumPy's (backends/_flags.py).
 Subnormal handling is left as the thread has it (NumPy's default: no flush to zero).
@@ -32,10 +32,14 @@ from ..dispatch import _parallel
 from . import UNCHECKED
 from ._flags import flags_possible
 
-# mkl_vml_defines.h: high accuracy, errors neither handled nor recorded, FTZ/DAZ as is
+# mkl_vml_defines.h: high accuracy, errors ignored, FTZ/DAZ as is. Not VML_ERRMODE_NOERR
+# (0x2000): with it, float32 exp of +-inf gave NaN on an Intel Xeon (AVX-512, oneMKL
+# 2026.2), where NumPy gives inf and 0; VML_HA alone or with IGNORE gave inf there. On an
+# AMD EPYC both modes take MKL's generic code path and agree. Every kernel is also held to
+# NumPy's special values on the CPU it runs on (dispatch/_verify.py) before it is used.
 VML_HA = 0x2
-VML_ERRMODE_NOERR = 0x2000
-MODE = VML_HA | VML_ERRMODE_NOERR
+VML_ERRMODE_IGNORE = 0x100
+MODE = VML_HA | VML_ERRMODE_IGNORE
 # Below this much output one thread does the whole call (a thread handoff costs several
 # us, up to about 50 on a busy machine); costlier functions split sooner (Spec.cost): erf
 # at 10^5 float32 elements took 144 us of CPU on one core of the 2-core AMD EPYC, where

@@ -13,7 +13,7 @@ import functools
 import inspect
 import warnings
 
-from . import _calibration, _config, _log, _parallel
+from . import _calibration, _config, _fpe, _log, _parallel, _verify
 from .. import backends
 from ._config import BACKEND_NAMES, canonical
 
@@ -264,7 +264,7 @@ async def _scoped_async_steps(agen, name):
 def _warn_once(key, message):
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
+        warnings.warn(message, RuntimeWarning, stacklevel=_fpe.user_stacklevel())
 
 
 def forbid_fallback(explicit, name, function, dtype) -> None:
@@ -284,6 +284,29 @@ def warn_failed(name, function, error, instead):
 def _kernel(name, spec):
     b = backends.get(name)
     return None if b.why_unavailable() is not None else b.kernel(spec)
+
+
+_probed: dict = {}  # (backend, function, dtype) -> None, or why the kernel is not used
+
+
+def _sound(name, spec, dtype, kernel, explicit) -> bool:
+    """Whether ``kernel`` gives the reference's special values on ``dtype`` on this
+    machine (_verify.probe; the numpy backend runs the reference's own loops). A kernel
+    that does not is never used here: a chosen backend says so once, ``auto`` logs it."""
+    if name == "numpy":
+        return True
+    key = (name, spec.name, dtype)
+    if key not in _probed:
+        _probed[key] = _verify.probe(spec, kernel, dtype)
+    why = _probed[key]
+    if why is None:
+        return True
+    message = (f"fastmath: backend {name!r} gives {why} for {spec.name} on {dtype} on this "
+               "machine; NumPy/SciPy's result is used instead")
+    _log.logger.info(message)
+    if explicit:
+        _warn_once(("unsound", *key), message)
+    return False
 
 
 def _auto_chain(chain, spec, dtype):
@@ -323,7 +346,8 @@ def _build(sel, spec, dtype):
         for min_size, names in _calibration.rows(spec.name, dtype):
             # no names: the reference itself measured fastest at these sizes
             chain = tuple((n, k) for n in dict.fromkeys(names + ("numpy",))
-                          if (k := _kernel(n, spec)) is not None) if names else ()
+                          if (k := _kernel(n, spec)) is not None
+                          and _sound(n, spec, dtype, k, False)) if names else ()
             chain = _auto_chain(chain, spec, dtype)
             rows.append((min_size, chain))
         return tuple(reversed(rows))
@@ -339,7 +363,7 @@ def _build(sel, spec, dtype):
                    f"Set FASTMATH_BACKEND to one of: {', '.join(available_backends())}")
     else:
         k = _kernel(sel, spec)
-        if k is not None:
+        if k is not None and _sound(sel, spec, dtype, k, True):
             chain.append((sel, k))
     if sel != "numpy":
         chain.append(("numpy", _kernel("numpy", spec)))
@@ -378,6 +402,7 @@ def _reload():
     state.default = _config.get().backend
     _plans.clear()
     _warned.clear()
+    _probed.clear()
 
 
 _config.on_reload(_reload)
