@@ -1,6 +1,6 @@
 """mkl: Intel oneMKL's vector math functions (VML), called through ctypes.
 
-The library is the ``mkl`` package's ``libmkl_rt`` (``pip install 'fastmath-shim[mkl]'``),
+The library is the ``mkl`` package's ``libmkl_rt`` (``pip install mkl``, or the ``mkl`` extra),
 loaded the first time this backend is asked whether it is available; importing fastmath
 never loads it. Every kernel calls VML's high-accuracy variant (``VML_HA``, below 1 ULP
 from the true value) with errors ignored by MKL (``VML_ERRMODE_IGNORE``): VML keeps no NumPy
@@ -93,7 +93,7 @@ def load():
         return _lib
     path = library_path()
     if path is None:
-        _why = "MKL is not installed (pip install 'fastmath-shim[mkl]')"
+        _why = "MKL is not installed (pip install mkl)"
         return None
     try:
         lib = ctypes.CDLL(path)

@@ -59,7 +59,7 @@ class NumexprBackend:
         try:
             _import_numexpr()
         except ImportError:
-            return "numexpr is not installed (pip install 'fastmath-shim[numexpr]')"
+            return "numexpr is not installed (pip install numexpr)"
         return None
 
     def kernel(self, spec):

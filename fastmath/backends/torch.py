@@ -121,7 +121,7 @@ class TorchBackend:
         try:
             torch = _import_torch()
         except ImportError:
-            return "torch is not installed (pip install 'fastmath-shim[torch]')"
+            return "torch is not installed (pip install torch)"
         if self.device == "cuda" and not torch.cuda.is_available():
             return "torch sees no CUDA device"
         return None
