@@ -13,7 +13,7 @@ import functools
 import inspect
 import warnings
 
-from . import _calibration, _config, _log, _parallel
+from . import _calibration, _config, _fpe, _log, _parallel
 from .. import backends
 from ._config import BACKEND_NAMES, canonical
 
@@ -25,7 +25,7 @@ _tokens: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend_token
 class _State:
     """The process-wide default, in an object so hot paths can hold it without a lookup."""
 
-    default = _config.get().backend
+    default = "auto"  # FASTMATH_BACKEND's, once checked: see _env_default
 
 
 state = _State()
@@ -374,10 +374,32 @@ def strict() -> bool:
     return _config.get().strict
 
 
+def _env_default() -> str:
+    """FASTMATH_BACKEND's backend, checked at each reading of the environment, as
+    set_backend() checks its name. One that cannot run here warns once, at the user's
+    import (or reload) line, and ``auto`` is in force instead; under FASTMATH_STRICT=1 it
+    stays in force, so that its calls raise FallbackError rather than run elsewhere."""
+    cfg = _config.get()
+    name = cfg.backend
+    why = None if name == "auto" else backends.why_unavailable(name)
+    if why is None:
+        return name
+    said = f"FASTMATH_BACKEND={cfg.sources.get('FASTMATH_BACKEND', name)!r} is unavailable here"
+    if cfg.strict:
+        fix = "FASTMATH_STRICT=1 keeps it, so each call raises fastmath.FallbackError"
+    else:
+        _config.overrule("FASTMATH_BACKEND", f"unavailable here ({why})", backend="auto")
+        fix = "using 'auto'"
+    warnings.warn(f"{said} ({why}); {fix}. Available here: {', '.join(available_backends())}",
+                  _config.ConfigWarning, stacklevel=_fpe.user_stacklevel())
+    return name if cfg.strict else "auto"
+
+
 def _reload():
-    state.default = _config.get().backend
     _plans.clear()
     _warned.clear()
+    state.default = _env_default()
 
 
+state.default = _env_default()
 _config.on_reload(_reload)

@@ -1,9 +1,12 @@
 """Configuration by environment variable, as a job script sets it, and what
 ``python -m fastmath info`` reports about where each setting came from."""
+import ast
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 VARS = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_CALIBRATION")
 
@@ -107,3 +110,62 @@ def test_a_bad_variable_warns_at_the_callers_import_line(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str([(str(script), 4, "ConfigWarning"),
                                     (str(script), 5, "ConfigWarning")])
+
+
+def _unavailable_backend():
+    from fastmath import backends
+
+    missing = [n for n in backends.NAMES if backends.why_unavailable(n) is not None]
+    if not missing:
+        pytest.skip("every backend runs here")
+    return missing[0]
+
+
+_AT_IMPORT = """import warnings
+warnings.simplefilter('always')
+with warnings.catch_warnings(record=True) as w:
+    import fastmath, numpy  # line 4
+    x = numpy.full(10**6, 0.5)
+    try:
+        ok = bool((fastmath.exp(x) == numpy.exp(x)).all() and fastmath.exp(0.5) == numpy.exp(0.5))
+    except fastmath.FallbackError:
+        ok = 'FallbackError'
+print([(x.filename, x.lineno, x.category.__name__) for x in w])
+print([str(x.message) for x in w])
+print([fastmath.get_backend(), fastmath.info()['selection']['source'], ok])
+print(fastmath.info()['settings']['backend'])
+"""
+
+
+def _at_import(tmp_path, **env):
+    script = tmp_path / "job.py"
+    script.write_text(_AT_IMPORT)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120, env={**clean, **env})
+    assert r.returncode == 0, r.stderr
+    where, messages, state, setting = map(ast.literal_eval, r.stdout.splitlines())
+    return str(script), where, messages, state, setting
+
+
+def test_an_unavailable_backend_warns_once_at_import_and_auto_is_in_force(tmp_path):
+    # as set_backend() refuses it; before, the first call warned from fastmath's own line
+    # and NumPy ran every call while get_backend() still named the missing backend
+    name = _unavailable_backend()
+    script, where, messages, state, setting = _at_import(tmp_path, FASTMATH_BACKEND=name)
+    assert where == [(script, 4, "ConfigWarning")]
+    assert messages[0].startswith(f"FASTMATH_BACKEND={name!r} is unavailable here (")
+    assert "using 'auto'. Available here: auto, numpy" in messages[0]
+    assert state == ["auto", "default", True]
+    assert setting["value"] == "auto"
+    assert f"FASTMATH_BACKEND={name!r} ignored: unavailable here" in setting["source"]
+
+
+def test_strict_keeps_an_unavailable_backend_so_its_calls_raise(tmp_path):
+    name = _unavailable_backend()
+    script, where, messages, state, setting = _at_import(
+        tmp_path, FASTMATH_BACKEND=name, FASTMATH_STRICT="1")
+    assert where == [(script, 4, "ConfigWarning")]
+    assert "FASTMATH_STRICT=1 keeps it, so each call raises fastmath.FallbackError" in messages[0]
+    assert state == [name, "FASTMATH_BACKEND", "FallbackError"]
+    assert setting == {"value": name, "source": f"FASTMATH_BACKEND={name}"}
