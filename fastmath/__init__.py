@@ -124,12 +124,14 @@ def warmup(backends=None) -> dict:
     return taken
 
 
-def explain(func, x, y=None):
-    """Which backend ``auto`` runs for ``func(x)`` (``func(x, y)`` for a binary function),
-    and the cost-table row that says so.
+def explain(func, /, *args, **kwargs):
+    """Which backend ``auto`` runs for ``func(*args, **kwargs)``, and the cost-table row
+    that says so.
 
-    ``func`` is an accelerated function (fastmath's, NumPy's/SciPy's, or its name); for a
-    binary one ``y`` is the second operand (``x`` again if not given). The answer names
+    ``func`` is an accelerated function (fastmath's, NumPy's/SciPy's, or its name); the
+    arguments are the call's, keywords included (``axis=1``, ``dtype=numpy.float32``,
+    ``b=weights``); arguments the function would refuse raise its TypeError. A binary
+    function given one operand takes it as both. The answer names
     the row (from how many elements, backends by preference), where the table came from
     (the built-in defaults or this machine's calibration file) and the times measured
     nearest this size; ``print`` it, or read its attributes.
@@ -142,7 +144,7 @@ def explain(func, x, y=None):
     """
     from .tools._explain import explain as _explain
 
-    return _explain(func, x, y)
+    return _explain(func, *args, **kwargs)
 
 
 def __getattr__(name):

@@ -26,6 +26,9 @@ Rules every backend keeps:
    ``where=`` mask selects, or None). NumPy picks its loop by layout, so the front end
    then hands the arrays over untouched instead of flipping them or gathering the
    selected elements, and the result is the reference's bit for bit.
+8. A backend whose ``why_unavailable()`` must import its library may also have
+   ``why_missing()``: the part of the answer that costs no import (is the package there
+   at all?), which ``import fastmath`` uses to check FASTMATH_BACKEND.
 """
 from __future__ import annotations
 
@@ -97,3 +100,11 @@ def _load_once(namespace: dict, name: str, lock, load):
 def why_unavailable(name: str):
     """None if backend ``name`` can run here, else the reason it cannot."""
     return get(name).why_unavailable()
+
+
+def why_missing(name: str):
+    """What :func:`why_unavailable` can tell without importing the backend's library
+    (rule 8): None if it may run here."""
+    b = get(name)
+    cheap = getattr(b, "why_missing", None)
+    return b.why_unavailable() if cheap is None else cheap()

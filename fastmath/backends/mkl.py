@@ -158,6 +158,12 @@ def _run(call, arrays, nbytes, min_bytes):
 class MklBackend:
     name = "mkl"
 
+    def why_missing(self):
+        """Without loading MKL: None if its library is installed (backends/__init__.py,
+        rule 8)."""
+        return _why if _why is not None or library_path() is not None else \
+            "MKL is not installed (pip install mkl)"
+
     def why_unavailable(self):
         load()
         return _why

@@ -55,6 +55,12 @@ def _set_threads():
 class NumexprBackend:
     name = "numexpr"
 
+    def why_missing(self):
+        """Without importing numexpr: None if it is installed (backends/__init__.py, rule 8)."""
+        import importlib.util
+
+        return None if importlib.util.find_spec("numexpr") is not None else "numexpr is not installed (pip install numexpr)"
+
     def why_unavailable(self):
         try:
             _import_numexpr()

@@ -117,6 +117,12 @@ class TorchBackend:
         self.name = f"torch-{device}"
         self.streamed = device != "cpu" if streamed is None else streamed
 
+    def why_missing(self):
+        """Without importing torch: None if it is installed (backends/__init__.py, rule 8)."""
+        import importlib.util
+
+        return None if importlib.util.find_spec("torch") is not None else "torch is not installed (pip install torch)"
+
     def why_unavailable(self):
         try:
             torch = _import_torch()

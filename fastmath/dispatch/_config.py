@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..backends import NAMES as _BACKENDS
 from . import _fpe
@@ -153,6 +153,15 @@ def get() -> Config:
 def on_reload(hook) -> None:
     """Register a callable run after :func:`reload` (modules caching config values use it)."""
     _reload_hooks.append(hook)
+
+
+def overrule(var: str, problem: str, **defaults) -> Config:
+    """Record that ``var``'s value, though well formed, cannot be used here (a backend
+    this machine lacks, found by a layer that knows backends): the settings in
+    ``defaults`` are in force instead, and ``fastmath info`` says why."""
+    global _current
+    _current = replace(_current, ignored={**_current.ignored, var: problem}, **defaults)
+    return _current
 
 
 def reload(environ=None) -> Config:

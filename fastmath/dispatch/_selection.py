@@ -25,7 +25,7 @@ _tokens: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend_token
 class _State:
     """The process-wide default, in an object so hot paths can hold it without a lookup."""
 
-    default = _config.get().backend
+    default = "auto"  # FASTMATH_BACKEND's, once checked: see _env_default
 
 
 state = _State()
@@ -357,6 +357,11 @@ def _build(sel, spec, dtype):
         if strict():
             raise FallbackError(f"backend {sel!r} is unavailable: {why} (FASTMATH_STRICT=1 "
                                 "forbids falling back to numpy)")
+        if sel == state.default:
+            # FASTMATH_BACKEND's, found unusable only now (torch-cuda with torch installed
+            # but no GPU: that takes importing torch, which import fastmath does not do)
+            _overrule(sel, why)
+            return None
         _log.logger.debug("%s is unavailable (%s): %s falls back to numpy", sel, why, spec.name)
         _warn_once(("unavailable", sel),
                    f"fastmath: backend {sel!r} is unavailable ({why}); numpy runs instead. "
@@ -379,7 +384,10 @@ def plan(spec, dtype, size: int):
     key = (sel, spec.name, dtype)
     p = _plans.get(key)
     if p is None:
-        p = _plans[key] = _build(sel, spec, dtype)
+        p = _build(sel, spec, dtype)
+        if p is None:  # the default was overruled just now: auto is in force
+            return plan(spec, dtype, size)
+        _plans[key] = p
         _log.plan_built(spec, sel, dtype, p)
     if sel != "auto":
         return p
@@ -398,11 +406,47 @@ def strict() -> bool:
     return _config.get().strict
 
 
+def _env_default() -> str:
+    """FASTMATH_BACKEND's backend, checked at each reading of the environment, as
+    set_backend() checks its name, as far as that can be told without importing its
+    library (import fastmath imports no torch): one that cannot run here warns once, at
+    the user's import (or reload) line, and ``auto`` is in force instead; one found
+    unusable only at its first call (no GPU for torch-cuda) does the same there. Under
+    FASTMATH_STRICT=1 it stays in force, so that its calls raise FallbackError rather
+    than run elsewhere."""
+    cfg = _config.get()
+    name = cfg.backend
+    why = None if name == "auto" else backends.why_missing(name)
+    if why is None:
+        return name
+    if cfg.strict:
+        _say_unavailable(name, why, "FASTMATH_STRICT=1 keeps it, so each call raises "
+                                    "fastmath.FallbackError")
+        return name
+    _overrule(name, why)
+    return "auto"
+
+
+def _overrule(name, why):
+    _config.overrule("FASTMATH_BACKEND", f"unavailable here ({why})", backend="auto")
+    state.default = "auto"
+    _plans.clear()
+    _say_unavailable(name, why, "using 'auto'")
+
+
+def _say_unavailable(name, why, fix):
+    cfg = _config.get()
+    said = f"FASTMATH_BACKEND={cfg.sources.get('FASTMATH_BACKEND', name)!r} is unavailable here"
+    warnings.warn(f"{said} ({why}); {fix}. Available here: {', '.join(available_backends())}",
+                  _config.ConfigWarning, stacklevel=_fpe.user_stacklevel())
+
+
 def _reload():
-    state.default = _config.get().backend
     _plans.clear()
     _warned.clear()
     _probed.clear()
+    state.default = _env_default()
 
 
+state.default = _env_default()
 _config.on_reload(_reload)

@@ -73,12 +73,14 @@ def functions(valid=None):
 
 
 def positive_int(text: str) -> int:
+    """A count such as ``--rounds``: a whole number from 1."""
     try:
         n = int(text)
     except ValueError:
         n = 0
     if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number of at least 1 (valid: 1, 2, 3, ...)")
     return n
 
 
@@ -104,7 +106,8 @@ def shape(text: str) -> tuple:
     except ValueError:
         dims = ()
     if not dims or any(d < 1 for d in dims):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a shape such as 3000x3000")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a shape such as 3000x3000 (whole numbers from 1, joined by x)")
     return dims
 
 

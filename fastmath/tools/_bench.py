@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from . import _peers
+from . import _args, _peers
 
 FUNCTIONS = ("exp", "log", "log1p", "expm1", "erf", "logsumexp")
 SIZES = (10, 1000, 10**4, 10**5, 10**6, 10**7)
@@ -46,7 +46,7 @@ def add_arguments(p) -> None:
     p.add_argument("--backends", default=None,
                    help="comma-separated backends to force (default: every available one)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (~2 minutes)")
-    p.add_argument("--rounds", type=int, default=None,
+    p.add_argument("--rounds", type=_args.positive_int, default=None,
                    help="interleaved timing rounds per cell (default: 5 with --quick, else 7)")
     p.add_argument("--lse-shape", default="3000x3000",
                    help="shape of the 2-D logsumexp case timed in addition to 1-D sizes")

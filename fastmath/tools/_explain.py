@@ -1,4 +1,4 @@
-"""``fastmath.explain(func, x)``: which backend ``auto`` picks for a call, and the row why."""
+"""``fastmath.explain(func, *args, **kwargs)``: which backend ``auto`` picks for a call, and the row why."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -92,16 +92,42 @@ def _spec(func):
                      f"Valid choices: {', '.join(BY_NAME)}")
 
 
-def _loop(spec, a, b):
+def _operands(spec, args, kwargs):
+    """The call's array operands, the second None unless the function takes two (then
+    the first again if not given), and its keyword arguments as the function binds them:
+    arguments the function would refuse raise its TypeError here."""
+    import inspect
+
+    import fastmath
+
+    if spec.kind == "binary" and len(args) == 1:
+        args = (args[0], args[0])
+    try:
+        bound = inspect.signature(getattr(fastmath, spec.name)).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"explain(): fastmath.{spec.name} takes no such call ({e})") from None
+    values = list(bound.arguments.values())
+    operands = [v if isinstance(v, np.ndarray) else np.asarray(v)
+                for v in values[:2 if spec.kind == "binary" else 1]]
+    return operands[0], operands[-1], bound.arguments
+
+
+def _loop(spec, a, b, given):
     """(the dtype auto plans with, or None where the front end always calls the reference;
     the number of elements)."""
+    dtype = given.get("dtype") if spec.kind in ("unary", "binary") else None
+    types = (a.dtype, b.dtype) if spec.kind == "binary" else (a.dtype,)
+    # dtype= as the front end resolves it: the loop's output dtype, NumPy's own rules
+    kw = {} if dtype is None else {"signature": (None,) * len(types) + (np.dtype(dtype),)}
     if spec.kind == "binary":
         size = int(np.prod(np.broadcast_shapes(a.shape, b.shape)))
-        return spec.reference().resolve_dtypes((a.dtype, b.dtype, None))[2], size
+        return spec.reference().resolve_dtypes(types + (None,), **kw)[2], size
     if spec.kind == "unary":
-        return spec.reference().resolve_dtypes((a.dtype, None))[0], a.size
+        return spec.reference().resolve_dtypes(types + (None,), **kw)[0], a.size
     if spec.kind == "logsumexp":
-        return (np.dtype(np.float64) if a.dtype.kind in "biu" else a.dtype), a.size
+        w = given.get("b")  # weights take part in the dtype, as in the front end
+        loop = a.dtype if w is None else np.result_type(a.dtype, np.asarray(w).dtype)
+        return (np.dtype(np.float64) if loop.kind in "biu" else loop), a.size
     # elementwise functions and softmax take float32 and float64 arrays, of one dimension
     # at least for the former; the reference everything else
     if a.dtype not in _FLOATS or (spec.kind == "elementwise" and a.ndim == 0):
@@ -109,11 +135,10 @@ def _loop(spec, a, b):
     return a.dtype, a.size
 
 
-def explain(func, x, y=None) -> Explanation:
+def explain(func, /, *args, **kwargs) -> Explanation:
     spec = _spec(func)
-    a = x if isinstance(x, np.ndarray) else np.asarray(x)
-    b = a if y is None else y if isinstance(y, np.ndarray) else np.asarray(y)
-    loop, size = _loop(spec, a, b)
+    a, b, given = _operands(spec, args, kwargs)
+    loop, size = _loop(spec, a, b, given)
     if loop is None:
         return Explanation(spec.name, a.dtype.name, int(size), "reference", (), None,
                            "not measured", selected=_selection.current(),

@@ -73,6 +73,7 @@ def collect() -> dict:
     sel = _selection.current()
     source = ("scoped by fastmath.backend()" if _selection._scoped.get() is not None
               else "FASTMATH_BACKEND" if "FASTMATH_BACKEND" in cfg.sources
+              and "FASTMATH_BACKEND" not in cfg.ignored
               and cfg.backend == _selection.state.default else
               "set_backend()" if _selection.state.default != "auto" else "default")
     return {

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from . import _args
+
 FUNCTIONS = ("exp", "log", "log1p", "expm1", "erf")
 DTYPES = ("float32", "float64")
 SIZES = (10**5, 10**7)
@@ -380,7 +382,7 @@ def add_arguments(p) -> None:
                    help="comma-separated functions (default: the whole grid)")
     p.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes")
     p.add_argument("--sizes", default=None, help="comma-separated element counts")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per cell")
+    p.add_argument("--rounds", type=_args.positive_int, default=5, help="interleaved rounds per cell")
     p.add_argument("--quick", action="store_true", help="3 rounds")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the speeds (needs matplotlib)")

@@ -110,8 +110,10 @@ def main(argv=None) -> int:
     p.set_defaults(run=_check)
 
     p = sub.add_parser("run", help="run a script or module with fastmath in place from the start",
-                       description="Run a Python script (or -m module) with fastmath.patch "
-                       "active before anything is imported, as FASTMATH_PATCH does.")
+                       description="Run a Python script (or -m module, or -c code) with "
+                       "fastmath.patch active before anything is imported, as FASTMATH_PATCH "
+                       "does. The script sees the sys.argv python would give it; a script or "
+                       "module that is not there gets python's message and exit status.")
     from .._startup import add_arguments as run_arguments
 
     run_arguments(p)

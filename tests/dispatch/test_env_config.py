@@ -1,9 +1,13 @@
 """Configuration by environment variable, as a job script sets it, and what
 ``python -m fastmath info`` reports about where each setting came from."""
+import ast
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 VARS = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_CALIBRATION")
 
@@ -107,3 +111,83 @@ def test_a_bad_variable_warns_at_the_callers_import_line(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str([(str(script), 4, "ConfigWarning"),
                                     (str(script), 5, "ConfigWarning")])
+
+
+_AT_IMPORT = """import sys
+sys.modules['numexpr'] = None  # as if numexpr were not installed
+import warnings
+warnings.simplefilter('always')
+with warnings.catch_warnings(record=True) as w:
+    import fastmath, numpy  # line 6
+    x = numpy.full(10**6, 0.5)
+    try:
+        ok = bool((fastmath.exp(x) == numpy.exp(x)).all() and fastmath.exp(0.5) == numpy.exp(0.5))  # line 9
+    except fastmath.FallbackError:
+        ok = 'FallbackError'
+print([(x.filename, x.lineno, x.category.__name__) for x in w])
+print([str(x.message) for x in w])
+print([fastmath.get_backend(), fastmath.info()['selection']['source'], ok])
+print(fastmath.info()['settings']['backend'])
+print('torch' in sys.modules)
+"""
+
+
+def _at_import(tmp_path, **env):
+    script = tmp_path / "job.py"
+    script.write_text(_AT_IMPORT)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120, env={**clean, **env})
+    assert r.returncode == 0, r.stderr
+    where, messages, state, setting, torch = map(ast.literal_eval, r.stdout.splitlines())
+    return str(script), where, messages, state, setting, torch
+
+
+def test_an_unavailable_backend_warns_once_at_import_and_auto_is_in_force(tmp_path):
+    # as set_backend() refuses it; before, the first call warned from fastmath's own line
+    # and NumPy ran every call while get_backend() still named the missing backend
+    script, where, messages, state, setting, _ = _at_import(tmp_path, FASTMATH_BACKEND="numexpr")
+    assert where == [(script, 6, "ConfigWarning")]
+    assert messages[0].startswith("FASTMATH_BACKEND='numexpr' is unavailable here (numexpr is "
+                                  "not installed")
+    assert "using 'auto'. Available here: auto, numpy" in messages[0]
+    assert state == ["auto", "default", True]
+    assert setting["value"] == "auto"
+    assert "FASTMATH_BACKEND='numexpr' ignored: unavailable here" in setting["source"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_a_backend_found_unusable_at_its_first_call_warns_there_and_auto_takes_over(tmp_path):
+    """torch-cuda with torch installed: whether there is a GPU takes importing torch, which
+    import fastmath never does; the first call finds out, warns at its line, and auto runs."""
+    from fastmath import backends
+
+    if backends.why_unavailable("torch-cuda") is None:
+        pytest.skip("a GPU is here")
+    script, where, messages, state, setting, torch = _at_import(
+        tmp_path, FASTMATH_BACKEND="torch-cuda")
+    assert where == [(script, 9, "ConfigWarning")]
+    assert messages[0].startswith("FASTMATH_BACKEND='torch-cuda' is unavailable here (torch "
+                                  "sees no CUDA device); using 'auto'")
+    assert state == ["auto", "default", True]
+    assert setting["value"] == "auto"
+
+
+def test_import_alone_never_imports_the_named_backends_library(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import sys, fastmath\nprint('torch' in sys.modules)\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FASTMATH_")}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120, env={**clean, "FASTMATH_BACKEND": "torch-cpu"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_strict_keeps_an_unavailable_backend_so_its_calls_raise(tmp_path):
+    name = "numexpr"
+    script, where, messages, state, setting, _ = _at_import(
+        tmp_path, FASTMATH_BACKEND=name, FASTMATH_STRICT="1")
+    assert where == [(script, 6, "ConfigWarning")]
+    assert "FASTMATH_STRICT=1 keeps it, so each call raises fastmath.FallbackError" in messages[0]
+    assert state == [name, "FASTMATH_BACKEND", "FallbackError"]
+    assert setting == {"value": name, "source": f"FASTMATH_BACKEND={name}"}

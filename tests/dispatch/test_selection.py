@@ -214,7 +214,7 @@ def test_strict_mode_refuses_to_fall_back():
 
 
 @needs_no_gpu
-def test_env_unavailable_backend_warns_once_at_first_use():
+def test_env_unavailable_backend_warns_once():
     r = run_python("import warnings; warnings.simplefilter('always');"
                    "import fastmath, numpy; fastmath.exp(numpy.ones(3)); fastmath.exp(numpy.ones(3));"
                    "print(fastmath.get_backend())", FASTMATH_BACKEND="torch-cuda")

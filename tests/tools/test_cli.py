@@ -100,7 +100,8 @@ def test_version_names_fastmath_and_numpy(capsys):
     (["check", "--backends", "gpu"], "auto, numpy, numexpr, torch-cpu, torch-cuda"),
     (["calibrate", "--sizes", "abc"], "such as 1000"),
     (["calibrate", "--sizes", "0"], "such as 1000"),
-    (["calibrate", "--rounds", "0"], "positive whole number"),
+    (["calibrate", "--rounds", "0"], "at least 1"),
+    (["calibrate", "--rounds", "-2"], "at least 1"),
     (["calibrate", "--functions", "sin"], "exp, log"),
     (["calibrate", "--dtypes", "int8"], "float32, float64"),
     (["bench", "--sizes", "1e6,x"], "such as 1000"),
@@ -121,6 +122,16 @@ def test_a_bad_option_value_is_a_usage_error_naming_the_choices(argv, named, cap
     assert f"usage: fastmath {argv[0]}" in err and f"argument {argv[1]}:" in err
     assert "Traceback" not in err and (named is None or named in err), err
     assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("value", ["-3", "0", "two"])
+def test_bench_rounds_below_one_is_a_usage_error(value):
+    # a small grid: before the check, 0 became 7 rounds and -3 crashed inside the bench
+    r = fastmath_cmd("bench", "--functions", "exp", "--dtypes", "float64", "--sizes", "10",
+                     "--backends", "numpy", "--no-plot", "--rounds", value)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("usage: fastmath bench") and r.stdout == ""
+    assert f"argument --rounds: {value!r} is not a whole number of at least 1" in r.stderr
 
 
 def test_check_refuses_a_backend_that_cannot_run_here(capsys):

@@ -95,3 +95,17 @@ def test_explain_says_small_softmax_replays_scipys_formula(name):
     text = str(fastmath.explain(getattr(fastmath, name), np.ones(10)))
     assert f"scipy.special.{name}'s own formula" in text and "directly" not in text
     assert "directly" in str(fastmath.explain(fastmath.exp, np.ones(10)))
+
+
+def test_explain_takes_the_calls_keyword_arguments():
+    x = np.full((1000, 1000), 0.5)
+    e = fastmath.explain("logsumexp", x, axis=1, keepdims=True)
+    assert (e.function, e.dtype, e.size) == ("logsumexp", "float64", 10**6)
+    assert ran_on(lambda: fastmath.logsumexp(x, axis=1, keepdims=True)) == [e.backend]
+    e = fastmath.explain(fastmath.exp, x, dtype=np.float32)  # the loop dtype= picks
+    assert e.dtype == "float32"
+    assert ran_on(lambda: fastmath.exp(x, dtype=np.float32)) == [e.backend]
+    w = np.ones(1000)  # float64 weights make a float32 logsumexp a float64 one
+    assert fastmath.explain("logsumexp", x.astype(np.float32), b=w).dtype == "float64"
+    with pytest.raises(TypeError, match="fastmath.exp .*'axs'"):
+        fastmath.explain("exp", x, axs=1)  # as fastmath.exp(x, axs=1) would
