@@ -1,11 +1,14 @@
-"""Make the documentation's pictures: ``python docs/make_pictures.py [--bench-json FILE]``.
+"""Make the documentation's pictures and measured tables:
+``python docs/make_pictures.py [--bench-json FILE] [--ways-json FILE]``.
 
-docs/img/bench.png: ``fastmath bench --quick`` on this machine, its results kept in
-docs/img/bench.json (or drawn from an earlier run's ``--json`` file given as
-``--bench-json``), by the command's own ``--plot`` code with the machine and its load in
-the title. The committed picture is docs/img/bench.json's: a shared 2-core AMD EPYC VM
-while another process kept a core busy. docs/img/architecture.png: how a call flows through fastmath.
-Needs matplotlib (the ``bench`` extra).
+docs/img/bench.png and docs/img/bench-table.md: ``fastmath bench --quick`` on this machine,
+its results kept in docs/img/bench.json (or drawn from an earlier run's ``--json`` file
+given as ``--bench-json``), the plot by the command's own ``--plot`` code with the machine
+and its load in the title, the table (the Benchmarks page) from the same file, so the two
+cannot disagree. docs/img/ways-table.md: ``bench/ways.py`` (the ways of using fastmath on
+examples/probit.py), kept in docs/img/ways.json. Take them on a quiet machine: the page
+shows the load average each was taken at. docs/img/architecture.png: how a call flows
+through fastmath. Needs matplotlib (the ``bench`` extra).
 """
 import argparse
 import json
@@ -30,6 +33,55 @@ def bench(json_path):
                         "--json", str(json_path)], check=True)
     result = json.loads(Path(json_path).read_text())
     _bench.plot(result, IMG / "bench.png")
+    (IMG / "bench-table.md").write_text(bench_table(result))
+
+
+def _time(s):
+    return f"{s * 1e6:.1f} us" if s < 1e-3 else f"{s * 1e3:.2f} ms"
+
+
+def machine_words(info):
+    cpu = info.get("cpu", {})
+    v = info.get("versions", {})
+    libs = ", ".join(f"{k} {v[k]}" for k in ("numpy", "scipy", "torch", "numexpr", "mkl")
+                     if k in v)
+    return f"{cpu.get('model', '?')}, {info.get('threads', '?')} threads; {libs}"
+
+
+def bench_table(result):
+    """The Benchmarks page's table: every cell of the run, from its own JSON file."""
+    load = result.get("load_average", {})
+    lines = [f"Measured by `fastmath bench --quick` on {machine_words(result['info'])}; load "
+             f"average {load.get('start', 0):.2f} at the start, {load.get('end', 0):.2f} at "
+             "the end. Medians of interleaved rounds.", "",
+             "| function | dtype | size | NumPy/SciPy | fastmath `auto` | auto ran | speedup "
+             "| fastest here |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        t = r["times"]
+        lines.append(f"| `{r['function']}` | {r['dtype']} | {r['label']} | "
+                     f"{_time(t['reference'])} | {_time(t['auto'])} | {r['auto_chose']} | "
+                     f"{r['speedup']:.2f}x | {r['fastest']} |")
+    return "\n".join(lines) + "\n"
+
+
+def ways(json_path):
+    """docs/img/ways-table.md from bench/ways.py (run now, unless given its ``--json``)."""
+    if json_path is None:
+        json_path = IMG / "ways.json"
+        subprocess.run([sys.executable, str(IMG.parent.parent / "bench" / "ways.py"),
+                        "--json", str(json_path)], check=True)
+    w = json.loads(Path(json_path).read_text())
+    load = w["load_average"]
+    lines = [f"Measured by `python bench/ways.py` ({w['n']:,} rows, {w['rounds']} rounds, "
+             f"medians) on {w['machine']}; load average {load['start']:.2f} at the start, "
+             f"{load['end']:.2f} at the end.", "",
+             "| way | the script's own work | speedup | whole process | same result |",
+             "|---|---|---|---|---|"]
+    for r in w["rows"]:
+        lines.append(f"| {r['way']} | {r['work_s']:.3f} s | {r['speedup']:.2f}x | "
+                     f"{r['process_s']:.2f} s | {'yes' if r['agrees'] else 'NO'} |")
+    (IMG / "ways-table.md").write_text("\n".join(lines) + "\n")
 
 
 # (x, y, text) of each box; arrows between them below
@@ -127,8 +179,10 @@ def layout():
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--bench-json", help="draw from this `fastmath bench --json` file")
+    p.add_argument("--ways-json", help="tabulate this `bench/ways.py --json` file")
     args = p.parse_args()
     IMG.mkdir(exist_ok=True)
     architecture()
     layout()
     bench(args.bench_json)
+    ways(args.ways_json)

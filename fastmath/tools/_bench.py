@@ -32,7 +32,7 @@ MAX_RATIO = 1.15
 MAX_OVERHEAD = 0.5e-6
 TARGET = 0.02  # seconds per timed sample: enough calls that the clock's resolution is noise
 DEFAULT_PLOT = "fastmath-bench.png"
-PLOT_HINT = "pip install 'fastmath-shim[bench]'"
+PLOT_HINT = "pip install matplotlib"
 
 
 def add_arguments(p) -> None:

@@ -51,7 +51,7 @@ def test_plot_without_matplotlib_fails_before_timing(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.png")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
-    assert "--plot needs matplotlib" in r.stderr and "fastmath-shim[bench]" in r.stderr
+    assert "--plot needs matplotlib" in r.stderr and "pip install matplotlib" in r.stderr
     assert "function" not in r.stdout  # no table row was timed
     assert not (tmp_path / "p.png").exists()
 
