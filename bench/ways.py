@@ -14,7 +14,7 @@ numpy are within a few ULP per element, and the sums add those up):
 - ``fastmath run``: ``fastmath run examples/probit.py``, no change to the file (NumPy and
   SciPy patched at start-up, as ``FASTMATH_PATCH=1`` does).
 
-python bench/ways.py [--rounds 7] [--n 2000000] [--json FILE]
+python bench/ways.py [--rounds 7] [--n 1000000] [--json FILE]
 """
 import argparse
 import json
@@ -69,7 +69,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (at least 1)")
-    p.add_argument("--n", type=int, default=2_000_000, help="rows of the probit data")
+    p.add_argument("--n", type=int, default=1_000_000, help="rows of the probit data")
     p.add_argument("--json", help="also write the figures to this file (docs/make_pictures.py)")
     args = p.parse_args()
     if args.rounds < 1 or args.n < 1:

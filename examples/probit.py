@@ -29,7 +29,7 @@ def loglik_and_grad(X, y, beta):
     return ll, grad
 
 
-def main(n=2_000_000, d=4, steps=6):
+def main(n=1_000_000, d=4, steps=40):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, d))
     y = (X @ np.linspace(0.5, -0.5, d) + rng.standard_normal(n) > 0).astype(np.int8)
