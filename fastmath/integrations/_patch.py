@@ -13,8 +13,9 @@ never sees the swap: it reads NumPy through ``fastmath._numpy``, and every refer
 resolved (``Spec.reference``) before the first swap. A module first imported during the
 patch that bound fastmath's object (``from numpy import exp``) gets the original back too,
 and NumPy's ufuncs stay picklable throughout (by name, as NumPy pickles them). A compiled
-extension module imported during the patch sees the originals while it initialises
-(``_Window``): such modules use the ufuncs they look up by name at C level.
+extension module imported during the patch sees the originals while it initialises, and
+so does NumPy's C code that registers loops when it is called (``_Window``,
+``_REGISTRARS``): such code uses the ufuncs it looks up by name at C level.
 
 ``mode="loops"`` (fastmath/integrations/_loopmode.py) reaches further: it replaces the inner loops of
 NumPy's ufuncs themselves, so no name changes at all; ``mode="both"`` does both.
@@ -37,6 +38,16 @@ _saved: list = []  # (module, attribute, original object, was it in the module's
 #                     fastmath's object)
 _modules_before: set = set()  # sys.modules' names when the swap began
 _numpy_reduce = None  # NumPy's pickle reducer for ufuncs, while ours stands in
+
+# C functions that look NumPy's ufuncs up by name when they are *called* (not when their
+# module initialises) and register loops on what they find, unchecked or with
+# PyObject_TypeCheck: NumPy's test DType (``_get_sfloat_dtype``: "numpy.hypot was not a
+# ufunc!"). C code asks the module as Python code does (PyObject_GetAttrString), so no
+# patch of the name can tell the two apart; such a function runs inside the window
+# instead. NumPy 2.x's other look-ups by name at run time (npy_cache_import_runtime) are
+# of names the patch leaves alone; an extension that calls PyUFunc_AddLoopsFromSpecs
+# with a patched name after its import is not covered.
+_REGISTRARS = ("numpy._core._multiarray_umath:_get_sfloat_dtype",)
 
 
 _DEFINED_IN = "numpy._core._multiarray_umath"  # where NumPy's ufuncs live (umath re-exports)
@@ -85,12 +96,36 @@ def _swap_in() -> None:
         swapped = {id(t[2]): (t[2], t[4]) for t in targets}
         targets.append((core, "_ufunc_reconstruct", reconstruct, True,
                         _old_pickles(reconstruct, swapped)))
+    targets += _registrars()
     with _window.lock:
         for module, attr, original, own, replacement in targets:
             _saved.append((module, attr, original, own, replacement))
             if not _window.inside:  # else the window's end puts it in place
                 setattr(module, attr, replacement)
     _extensions.install()
+
+
+def _registrars() -> list:
+    """Swap targets that run each of ``_REGISTRARS`` present here inside the window."""
+    targets = []
+    for ref in _REGISTRARS:
+        module_name, _, attr = ref.partition(":")
+        module = sys.modules.get(module_name)
+        func = getattr(module, attr, None)
+        if func is not None:  # else another NumPy, or not imported: nothing has bound it
+            targets.append((module, attr, func, attr in vars(module), _in_window(func)))
+    return targets
+
+
+def _in_window(func):
+    """``func``, called with NumPy's and SciPy's own objects in their modules."""
+    import functools
+
+    @functools.wraps(func)
+    def in_window(*args, **kwargs):
+        with _window.originals():
+            return func(*args, **kwargs)
+    return in_window
 
 
 def _old_pickles(reconstruct, swapped: dict):

@@ -282,6 +282,35 @@ def test_ml_dtypes_imports_inside_the_patch():
     assert r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
+def test_c_code_that_registers_loops_when_called_sees_numpys_ufuncs():
+    """NumPy's test DType registers its loops the first time it is asked for, at C level,
+    on the ufunc it finds as ``numpy.hypot`` (NumPy's test_custom_dtypes.py does so at
+    import). Under the patch it gets NumPy's ufunc, and the loop it adds serves
+    ``numpy.hypot`` (fastmath's, which hands the new dtype to NumPy) inside and after.
+    Fails without the fix: "TypeError: numpy.hypot was not a ufunc!"."""
+    code = textwrap.dedent("""
+        import numpy, fastmath
+        import numpy._core._multiarray_umath as m
+        plain = m._get_sfloat_dtype
+        with fastmath.patch():
+            from numpy._core._multiarray_umath import _get_sfloat_dtype
+            SF = _get_sfloat_dtype()
+            assert numpy.hypot is fastmath.hypot
+            a = numpy.array([3.0, 5.0]).view(SF(2.0))
+            b = numpy.array([4.0, 12.0]).view(SF(2.0))
+            got = numpy.hypot(a, b)
+        assert m._get_sfloat_dtype is plain
+        want = numpy.hypot(a, b)
+        assert got.dtype == want.dtype == SF(2.0), (got.dtype, want.dtype)
+        assert got.view(numpy.float64).tolist() == want.view(numpy.float64).tolist() \\
+            == [5.0, 13.0]
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=180)
+    assert r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
 def test_the_import_window_nests_and_outlives_no_patch():
     from fastmath.integrations import _patch
 
