@@ -12,7 +12,8 @@ identical objects, when the last active patch ends, exception or not. fastmath's
 never sees the swap: it reads NumPy through ``fastmath._numpy``, and every reference is
 resolved (``Spec.reference``) before the first swap. A module first imported during the
 patch that bound fastmath's object (``from numpy import exp``) gets the original back too,
-and NumPy's ufuncs stay picklable throughout (by name, as NumPy pickles them). A compiled
+and the originals stay picklable throughout (ufuncs by name, as NumPy pickles them; NumPy's
+functions by the module that defines them, ``_pickle_by_definition``). A compiled
 extension module imported during the patch sees the originals while it initialises, and
 so does NumPy's C code that registers loops when it is called (``_Window``,
 ``_REGISTRARS``): such code uses the ufuncs it looks up by name at C level.
@@ -38,6 +39,7 @@ _saved: list = []  # (module, attribute, original object, was it in the module's
 #                     fastmath's object)
 _modules_before: set = set()  # sys.modules' names when the swap began
 _numpy_reduce = None  # NumPy's pickle reducer for ufuncs, while ours stands in
+_renamed: list = []  # (original, its __module__ before the patch): _pickle_by_definition
 
 # C functions that look NumPy's ufuncs up by name when they are *called* (not when their
 # module initialises) and register loops on what they find, unchecked or with
@@ -97,6 +99,7 @@ def _swap_in() -> None:
         targets.append((core, "_ufunc_reconstruct", reconstruct, True,
                         _old_pickles(reconstruct, swapped)))
     targets += _registrars()
+    _pickle_by_definition(targets)
     with _window.lock:
         for module, attr, original, own, replacement in targets:
             _saved.append((module, attr, original, own, replacement))
@@ -126,6 +129,31 @@ def _in_window(func):
         with _window.originals():
             return func(*args, **kwargs)
     return in_window
+
+
+def _pickle_by_definition(targets) -> None:
+    """Let the originals that are not ufuncs pickle by reference during the patch.
+
+    Pickle finds a function by ``__module__`` and ``__qualname__`` and insists that the name
+    gives back the very object; NumPy's ``sinc`` and ``i0`` say ``numpy``, where the name
+    is fastmath's now ("it's not the same object as numpy.sinc"; SciPy holds the original
+    as ``scipy.special.sinc``). While patched they name the module that defines them,
+    which still holds them, and so load as themselves anywhere. (Ufuncs pickle through
+    ``_reduce_ufunc``; SciPy's functions already name their defining modules.)
+    """
+    import numpy
+
+    for module, attr, original, _, _ in targets:
+        if isinstance(original, numpy.ufunc) or getattr(original, "__qualname__", None) != attr \
+                or getattr(original, "__module__", None) != module.__name__:
+            continue
+        # NumPy's dispatchers keep the undecorated function, SciPy's wrappers __wrapped__
+        inner = getattr(original, "_implementation", None) or \
+            getattr(original, "__wrapped__", None)
+        home = sys.modules.get(getattr(inner, "__module__", None) or "")
+        if home is not None and home is not module and getattr(home, attr, None) is original:
+            _renamed.append((original, original.__module__))
+            original.__module__ = home.__name__
 
 
 def _old_pickles(reconstruct, swapped: dict):
@@ -274,6 +302,9 @@ def _restore() -> None:
                 delattr(module, attr)
     _unbind_in_new_modules(originals)
     _modules_before.clear()
+    while _renamed:
+        original, module_name = _renamed.pop()
+        original.__module__ = module_name
     if _numpy_reduce is not None:
         import numpy
 

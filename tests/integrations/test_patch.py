@@ -311,6 +311,35 @@ def test_c_code_that_registers_loops_when_called_sees_numpys_ufuncs():
     assert r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
+def test_originals_that_are_not_ufuncs_pickle_as_themselves():
+    # SciPy holds NumPy's own sinc (scipy.special.sinc), and pickles it by reference: the
+    # name pickle finds it by, numpy.sinc, is fastmath's while patched. Fails without the
+    # fix: "it's not the same object as numpy.sinc".
+    import pickle
+
+    originals = [(module, attr, original) for module, attr, original, _ in ROWS
+                 if not isinstance(original, numpy.ufunc)]
+    assert {attr for _, attr, _ in originals} >= {"sinc", "i0", "logsumexp", "softmax"}
+    names = [(f.__module__, f.__qualname__) for _, _, f in originals]
+    with fastmath.patch():
+        assert scipy.special.sinc is not numpy.sinc
+        for _, attr, original in originals:
+            for protocol in (2, pickle.HIGHEST_PROTOCOL):
+                assert pickle.loads(pickle.dumps(original, protocol)) is original, attr
+        data = pickle.dumps([f for _, _, f in originals])
+    assert [(f.__module__, f.__qualname__) for _, _, f in originals] == names
+    assert pickle.loads(data) == [f for _, _, f in originals]
+    # and the pickle made inside loads as the originals in a process without fastmath
+    code = ("import pickle, sys, numpy, scipy.special as s; fs = pickle.loads("
+            "sys.stdin.buffer.read()); print(fs[:2] == [numpy.sinc, numpy.i0], "
+            "s.logsumexp in fs, 'fastmath' in sys.modules)")
+    order = [attr for _, attr, _ in originals]
+    assert order[:2] == ["sinc", "i0"], order
+    r = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True,
+                       timeout=120)
+    assert r.stdout.split() == [b"True", b"True", b"False"], r.stderr
+
+
 def test_the_import_window_nests_and_outlives_no_patch():
     from fastmath.integrations import _patch
 
