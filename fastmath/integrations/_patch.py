@@ -16,7 +16,9 @@ and the originals stay picklable throughout (ufuncs by name, as NumPy pickles th
 functions by the module that defines them, ``_pickle_by_definition``). A compiled
 extension module imported during the patch sees the originals while it initialises, and
 so does NumPy's C code that registers loops when it is called (``_Window``,
-``_REGISTRARS``): such code uses the ufuncs it looks up by name at C level.
+``_REGISTRARS``): such code uses the ufuncs it looks up by name at C level. Where SciPy
+keys a table by function (its array-API capabilities), fastmath's object gets the
+original's entry (``_Tables``).
 
 ``mode="loops"`` (fastmath/integrations/_loopmode.py) reaches further: it replaces the inner loops of
 NumPy's ufuncs themselves, so no name changes at all; ``mode="both"`` does both.
@@ -100,6 +102,7 @@ def _swap_in() -> None:
                         _old_pickles(reconstruct, swapped)))
     targets += _registrars()
     _pickle_by_definition(targets)
+    _tables.register(targets)
     with _window.lock:
         for module, attr, original, own, replacement in targets:
             _saved.append((module, attr, original, own, replacement))
@@ -154,6 +157,43 @@ def _pickle_by_definition(targets) -> None:
         if home is not None and home is not module and getattr(home, attr, None) is original:
             _renamed.append((original, original.__module__))
             original.__module__ = home.__name__
+
+
+class _Tables:
+    """fastmath's objects as keys wherever SciPy keys a table by the function it swapped.
+
+    SciPy's tests find a function's array-API capabilities by the function object
+    (``make_xp_test_case(logsumexp)``), and under the patch the name they imported is
+    fastmath's: a KeyError at collection. fastmath's ufuncs already compare and hash as
+    their references do; its other functions get the original's entry while patched.
+    """
+
+    # (module, attribute) of each dict keyed by function
+    TABLES = (("scipy._lib._array_api", "xp_capabilities_table"),)
+
+    def __init__(self):
+        self.added: list = []  # (table, key) put in by register
+
+    def register(self, targets):
+        for module_name, attr in self.TABLES:
+            table = getattr(sys.modules.get(module_name), attr, None)
+            if not isinstance(table, dict):
+                continue
+            for _, _, original, _, replacement in targets:
+                try:
+                    if original in table and replacement not in table:
+                        table[replacement] = table[original]
+                        self.added.append((table, replacement))
+                except TypeError:  # unhashable
+                    continue
+
+    def remove(self):
+        while self.added:
+            table, key = self.added.pop()
+            table.pop(key, None)
+
+
+_tables = _Tables()
 
 
 def _old_pickles(reconstruct, swapped: dict):
@@ -302,6 +342,7 @@ def _restore() -> None:
                 delattr(module, attr)
     _unbind_in_new_modules(originals)
     _modules_before.clear()
+    _tables.remove()
     while _renamed:
         original, module_name = _renamed.pop()
         original.__module__ = module_name

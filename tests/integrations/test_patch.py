@@ -340,6 +340,25 @@ def test_originals_that_are_not_ufuncs_pickle_as_themselves():
     assert r.stdout.split() == [b"True", b"True", b"False"], r.stderr
 
 
+def test_scipy_tables_keyed_by_function_know_fastmaths_functions():
+    # SciPy's tests look a function's array-API capabilities up by the function object
+    # they imported (make_xp_test_case(logsumexp)); under the patch that is fastmath's.
+    # Fails without the fix: KeyError at collection of SciPy's test_logsumexp.py.
+    from scipy._lib._array_api import make_xp_test_case, xp_capabilities_table as table
+
+    rows = [(original, ours) for _, _, original, ours in ROWS if original in table]
+    assert {o.__name__ for o, _ in rows} >= {"logsumexp", "softmax", "log_softmax", "erf"}
+    before = dict(table)
+    with fastmath.patch():
+        from scipy.special import logsumexp
+
+        assert logsumexp is fastmath.logsumexp
+        make_xp_test_case(logsumexp)
+        for original, ours in rows:
+            assert table[ours] == table[original], original.__name__
+    assert table == before and fastmath.logsumexp not in table
+
+
 def test_the_import_window_nests_and_outlives_no_patch():
     from fastmath.integrations import _patch
 
