@@ -33,8 +33,11 @@ def pytest_configure(config):
 def pytest_runtest_logreport(report):
     if report.when == "call" or report.outcome != "passed":
         outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
-        _results.setdefault(report.nodeid, outcome if report.when == "call" else
-                            f"{report.when}-{outcome}")
+        # a file outside the root directory has no path in its node id: name it, or
+        # tests of the same name in two files would be one
+        path, _, name = report.nodeid.partition("::")
+        _results.setdefault(f"{path or report.location[0]}::{name}",
+                            outcome if report.when == "call" else f"{report.when}-{outcome}")
 
 
 def pytest_sessionfinish(session, exitstatus):

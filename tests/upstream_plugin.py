@@ -40,25 +40,12 @@ def _patch_internal():
             setattr(umath, attr, getattr(fastmath, spec.name))
 
 
-def _register_capabilities():
-    # SciPy's test decorators look a function up in SciPy's array-API capability table,
-    # keyed by SciPy's own function object: give fastmath's function the same entry.
-    import fastmath
-    from fastmath import _registry
-    from scipy._lib._array_api import xp_capabilities_table as table
-
-    for spec in _registry.ROWS:
-        if spec.reference() in table:
-            table[getattr(fastmath, spec.name)] = table[spec.reference()]
-
-
 def pytest_configure(config):
     if os.environ.get("FASTMATH_UPSTREAM") == "patch":
         import fastmath
 
         fastmath.patch.start()
         _patch_internal()
-        _register_capabilities()
 
 
 def pytest_unconfigure(config):

@@ -94,6 +94,13 @@ class Ufunc(functools.partial):
     _nin = 1  # operands the C fast path takes; 0: none, the closure is entered at once
     _native = None
 
+    def __init_subclass__(cls, **kwargs):
+        # A subclass's own docstring would hide the reference's on its instances (SciPy's
+        # tests read ``xlogy.__doc__`` for the note SciPy adds to it at import)
+        super().__init_subclass__(**kwargs)
+        if isinstance(cls.__dict__.get("__doc__"), str):
+            cls.__doc__ = _Doc(cls.__doc__)
+
     def __new__(cls, spec):
         self = super().__new__(cls, cls._hot)
         fast = entry = self._hot()

@@ -12,9 +12,13 @@ identical objects, when the last active patch ends, exception or not. fastmath's
 never sees the swap: it reads NumPy through ``fastmath._numpy``, and every reference is
 resolved (``Spec.reference``) before the first swap. A module first imported during the
 patch that bound fastmath's object (``from numpy import exp``) gets the original back too,
-and NumPy's ufuncs stay picklable throughout (by name, as NumPy pickles them). A compiled
-extension module imported during the patch sees the originals while it initialises
-(``_Window``): such modules use the ufuncs they look up by name at C level.
+and the originals stay picklable throughout (ufuncs by name, as NumPy pickles them; NumPy's
+functions by the module that defines them, ``_pickle_by_definition``). A compiled
+extension module imported during the patch sees the originals while it initialises, and
+so does NumPy's C code that registers loops when it is called (``_Window``,
+``_REGISTRARS``): such code uses the ufuncs it looks up by name at C level. Where SciPy
+keys a table by function (its array-API capabilities), fastmath's object gets the
+original's entry (``_Tables``).
 
 ``mode="loops"`` (fastmath/integrations/_loopmode.py) reaches further: it replaces the inner loops of
 NumPy's ufuncs themselves, so no name changes at all; ``mode="both"`` does both.
@@ -37,6 +41,17 @@ _saved: list = []  # (module, attribute, original object, was it in the module's
 #                     fastmath's object)
 _modules_before: set = set()  # sys.modules' names when the swap began
 _numpy_reduce = None  # NumPy's pickle reducer for ufuncs, while ours stands in
+_renamed: list = []  # (original, its __module__ before the patch): _pickle_by_definition
+
+# C functions that look NumPy's ufuncs up by name when they are *called* (not when their
+# module initialises) and register loops on what they find, unchecked or with
+# PyObject_TypeCheck: NumPy's test DType (``_get_sfloat_dtype``: "numpy.hypot was not a
+# ufunc!"). C code asks the module as Python code does (PyObject_GetAttrString), so no
+# patch of the name can tell the two apart; such a function runs inside the window
+# instead. NumPy 2.x's other look-ups by name at run time (npy_cache_import_runtime) are
+# of names the patch leaves alone; an extension that calls PyUFunc_AddLoopsFromSpecs
+# with a patched name after its import is not covered.
+_REGISTRARS = ("numpy._core._multiarray_umath:_get_sfloat_dtype",)
 
 
 _DEFINED_IN = "numpy._core._multiarray_umath"  # where NumPy's ufuncs live (umath re-exports)
@@ -85,12 +100,100 @@ def _swap_in() -> None:
         swapped = {id(t[2]): (t[2], t[4]) for t in targets}
         targets.append((core, "_ufunc_reconstruct", reconstruct, True,
                         _old_pickles(reconstruct, swapped)))
+    targets += _registrars()
+    _pickle_by_definition(targets)
+    _tables.register(targets)
     with _window.lock:
         for module, attr, original, own, replacement in targets:
             _saved.append((module, attr, original, own, replacement))
             if not _window.inside:  # else the window's end puts it in place
                 setattr(module, attr, replacement)
     _extensions.install()
+
+
+def _registrars() -> list:
+    """Swap targets that run each of ``_REGISTRARS`` present here inside the window."""
+    targets = []
+    for ref in _REGISTRARS:
+        module_name, _, attr = ref.partition(":")
+        module = sys.modules.get(module_name)
+        func = getattr(module, attr, None)
+        if func is not None:  # else another NumPy, or not imported: nothing has bound it
+            targets.append((module, attr, func, attr in vars(module), _in_window(func)))
+    return targets
+
+
+def _in_window(func):
+    """``func``, called with NumPy's and SciPy's own objects in their modules."""
+    import functools
+
+    @functools.wraps(func)
+    def in_window(*args, **kwargs):
+        with _window.originals():
+            return func(*args, **kwargs)
+    return in_window
+
+
+def _pickle_by_definition(targets) -> None:
+    """Let the originals that are not ufuncs pickle by reference during the patch.
+
+    Pickle finds a function by ``__module__`` and ``__qualname__`` and insists that the name
+    gives back the very object; NumPy's ``sinc`` and ``i0`` say ``numpy``, where the name
+    is fastmath's now ("it's not the same object as numpy.sinc"; SciPy holds the original
+    as ``scipy.special.sinc``). While patched they name the module that defines them,
+    which still holds them, and so load as themselves anywhere. (Ufuncs pickle through
+    ``_reduce_ufunc``; SciPy's functions already name their defining modules.)
+    """
+    import numpy
+
+    for module, attr, original, _, _ in targets:
+        if isinstance(original, numpy.ufunc) or getattr(original, "__qualname__", None) != attr \
+                or getattr(original, "__module__", None) != module.__name__:
+            continue
+        # NumPy's dispatchers keep the undecorated function, SciPy's wrappers __wrapped__
+        inner = getattr(original, "_implementation", None) or \
+            getattr(original, "__wrapped__", None)
+        home = sys.modules.get(getattr(inner, "__module__", None) or "")
+        if home is not None and home is not module and getattr(home, attr, None) is original:
+            _renamed.append((original, original.__module__))
+            original.__module__ = home.__name__
+
+
+class _Tables:
+    """fastmath's objects as keys wherever SciPy keys a table by the function it swapped.
+
+    SciPy's tests find a function's array-API capabilities by the function object
+    (``make_xp_test_case(logsumexp)``), and under the patch the name they imported is
+    fastmath's: a KeyError at collection. fastmath's ufuncs already compare and hash as
+    their references do; its other functions get the original's entry while patched.
+    """
+
+    # (module, attribute) of each dict keyed by function
+    TABLES = (("scipy._lib._array_api", "xp_capabilities_table"),)
+
+    def __init__(self):
+        self.added: list = []  # (table, key) put in by register
+
+    def register(self, targets):
+        for module_name, attr in self.TABLES:
+            table = getattr(sys.modules.get(module_name), attr, None)
+            if not isinstance(table, dict):
+                continue
+            for _, _, original, _, replacement in targets:
+                try:
+                    if original in table and replacement not in table:
+                        table[replacement] = table[original]
+                        self.added.append((table, replacement))
+                except TypeError:  # unhashable
+                    continue
+
+    def remove(self):
+        while self.added:
+            table, key = self.added.pop()
+            table.pop(key, None)
+
+
+_tables = _Tables()
 
 
 def _old_pickles(reconstruct, swapped: dict):
@@ -239,6 +342,10 @@ def _restore() -> None:
                 delattr(module, attr)
     _unbind_in_new_modules(originals)
     _modules_before.clear()
+    _tables.remove()
+    while _renamed:
+        original, module_name = _renamed.pop()
+        original.__module__ = module_name
     if _numpy_reduce is not None:
         import numpy
 

@@ -282,6 +282,83 @@ def test_ml_dtypes_imports_inside_the_patch():
     assert r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
+def test_c_code_that_registers_loops_when_called_sees_numpys_ufuncs():
+    """NumPy's test DType registers its loops the first time it is asked for, at C level,
+    on the ufunc it finds as ``numpy.hypot`` (NumPy's test_custom_dtypes.py does so at
+    import). Under the patch it gets NumPy's ufunc, and the loop it adds serves
+    ``numpy.hypot`` (fastmath's, which hands the new dtype to NumPy) inside and after.
+    Fails without the fix: "TypeError: numpy.hypot was not a ufunc!"."""
+    code = textwrap.dedent("""
+        import numpy, fastmath
+        import numpy._core._multiarray_umath as m
+        plain = m._get_sfloat_dtype
+        with fastmath.patch():
+            from numpy._core._multiarray_umath import _get_sfloat_dtype
+            SF = _get_sfloat_dtype()
+            assert numpy.hypot is fastmath.hypot
+            a = numpy.array([3.0, 5.0]).view(SF(2.0))
+            b = numpy.array([4.0, 12.0]).view(SF(2.0))
+            got = numpy.hypot(a, b)
+        assert m._get_sfloat_dtype is plain
+        want = numpy.hypot(a, b)
+        assert got.dtype == want.dtype == SF(2.0), (got.dtype, want.dtype)
+        assert got.view(numpy.float64).tolist() == want.view(numpy.float64).tolist() \\
+            == [5.0, 13.0]
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=180)
+    assert r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_originals_that_are_not_ufuncs_pickle_as_themselves():
+    # SciPy holds NumPy's own sinc (scipy.special.sinc), and pickles it by reference: the
+    # name pickle finds it by, numpy.sinc, is fastmath's while patched. Fails without the
+    # fix: "it's not the same object as numpy.sinc".
+    import pickle
+
+    originals = [(module, attr, original) for module, attr, original, _ in ROWS
+                 if not isinstance(original, numpy.ufunc)]
+    assert {attr for _, attr, _ in originals} >= {"sinc", "i0", "logsumexp", "softmax"}
+    names = [(f.__module__, f.__qualname__) for _, _, f in originals]
+    with fastmath.patch():
+        assert scipy.special.sinc is not numpy.sinc
+        for _, attr, original in originals:
+            for protocol in (2, pickle.HIGHEST_PROTOCOL):
+                assert pickle.loads(pickle.dumps(original, protocol)) is original, attr
+        data = pickle.dumps([f for _, _, f in originals])
+    assert [(f.__module__, f.__qualname__) for _, _, f in originals] == names
+    assert pickle.loads(data) == [f for _, _, f in originals]
+    # and the pickle made inside loads as the originals in a process without fastmath
+    code = ("import pickle, sys, numpy, scipy.special as s; fs = pickle.loads("
+            "sys.stdin.buffer.read()); print(fs[:2] == [numpy.sinc, numpy.i0], "
+            "s.logsumexp in fs, 'fastmath' in sys.modules)")
+    order = [attr for _, attr, _ in originals]
+    assert order[:2] == ["sinc", "i0"], order
+    r = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True,
+                       timeout=120)
+    assert r.stdout.split() == [b"True", b"True", b"False"], r.stderr
+
+
+def test_scipy_tables_keyed_by_function_know_fastmaths_functions():
+    # SciPy's tests look a function's array-API capabilities up by the function object
+    # they imported (make_xp_test_case(logsumexp)); under the patch that is fastmath's.
+    # Fails without the fix: KeyError at collection of SciPy's test_logsumexp.py.
+    from scipy._lib._array_api import make_xp_test_case, xp_capabilities_table as table
+
+    rows = [(original, ours) for _, _, original, ours in ROWS if original in table]
+    assert {o.__name__ for o, _ in rows} >= {"logsumexp", "softmax", "log_softmax", "erf"}
+    before = dict(table)
+    with fastmath.patch():
+        from scipy.special import logsumexp
+
+        assert logsumexp is fastmath.logsumexp
+        make_xp_test_case(logsumexp)
+        for original, ours in rows:
+            assert table[ours] == table[original], original.__name__
+    assert table == before and fastmath.logsumexp not in table
+
+
 def test_the_import_window_nests_and_outlives_no_patch():
     from fastmath.integrations import _patch
 
