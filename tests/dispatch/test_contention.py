@@ -185,7 +185,10 @@ def test_a_losing_torch_call_pauses_torchs_threads():
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
 def test_torch_calls_that_lose_to_a_busy_core_are_judged_lost():
-    # two torch threads on one core: a split that cannot win, as with a busy core
+    # two torch threads on one core: a split that cannot win, as with a busy core. Timed on
+    # the real clocks, and still not the load's to decide: a process held to one core gets
+    # at most as much CPU time as wall time, so each torch call (milliseconds) reads lost
+    # by record's rule, and other processes on that core only lengthen its wall time.
     import subprocess
     import sys
 
