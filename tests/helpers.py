@@ -87,3 +87,22 @@ def thread_free_environ(*also):
     drop = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", *also}
     return {k: v for k, v in os.environ.items()
             if k not in drop and not k.endswith("_NUM_THREADS")}
+
+
+class FakeClock:
+    """A clock that moves only when told: each reading returns the time and then moves it
+    on by ``tick`` seconds; ``advance`` moves it too. The back-off policies (``_parallel``'s,
+    the loop mode's, foreach's) read their clocks through hooks a test can point at one, so
+    that what a split or a call "took" is the test's choice and not the machine's load."""
+
+    def __init__(self, tick=0.0):
+        self.now, self.tick, self.reads = 0.0, tick, 0
+
+    def __call__(self):
+        self.reads += 1
+        now = self.now
+        self.now += self.tick
+        return now
+
+    def advance(self, seconds):
+        self.now += seconds

@@ -7,7 +7,6 @@ the calling thread with no pool at all.
 from __future__ import annotations
 
 import math
-import time
 
 from .._numpy import np
 
@@ -129,20 +128,20 @@ class _Unary:
             return None
         pace = _parallel.sized_contention(out.nbytes)
         if not pace.split_now():  # in one piece, timed: what one thread takes at this size
-            start = time.perf_counter()
+            start = _parallel.clock()
             flags = recorded(self.ufunc, x, out=out)
-            pace.ran_whole(time.perf_counter() - start, x.size)
+            pace.ran_whole(_parallel.clock() - start, x.size)
             return flags
         xs, outs = x.reshape(-1), out.reshape(-1)
         chunks = _parallel.bounds(xs.size, parts * _parallel.OVERSPLIT)
         ins = [xs[i:j] for i, j in chunks]
         outs = [outs[i:j] for i, j in chunks]
-        start = time.perf_counter()
+        start = _parallel.clock()
         flags, left, _, _ = _loops.foreach(native, ins, outs, [None] * len(ins),
                                            xs.size + 1, 0, 1 << 15, parts)
         if len(left) == len(ins):  # none taken (a dtype NumPy's call would cast)
             return None
-        wall = time.perf_counter() - start
+        wall = _parallel.clock() - start
         # against the caller's CPU time for its chunks scaled to all, and calls run whole
         pace.record_split(wall, _loops.last_cpu(), xs.size)
         bits = 0

@@ -35,6 +35,14 @@ MIN_CHUNK_BYTES = 1 << 16
 # 1/(OVERSPLIT * threads) of the call, so the slowest thread finishes at most that late.
 OVERSPLIT = 4
 
+# The clocks the back-offs below read (wall time; the process's and a thread's CPU time),
+# looked up at each call: tests put made-up ones in their place (tests/helpers.FakeClock),
+# so that whether a split lost is theirs to say, not the load of the machine they run on.
+# The numpy backend and fastmath.foreach time their calls with ``clock`` too.
+clock = time.perf_counter
+process_clock = time.process_time
+thread_clock = time.thread_time
+
 _lock = threading.Lock()
 _jobs: queue.SimpleQueue | None = None
 _workers = 0
@@ -112,14 +120,14 @@ class _Job:
     def work(self):
         timed = self.cpu is not None
         while (i := self.claim()) is not None:
-            start = time.thread_time() if timed else 0.0
+            start = thread_clock() if timed else 0.0
             try:
                 self.results[i] = self.tasks[i]()
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 self.finish(e)
             else:
                 if timed:
-                    spent = time.thread_time() - start
+                    spent = thread_clock() - start
                     with self.lock:
                         self.cpu += spent
                 self.finish()
@@ -314,22 +322,22 @@ class OwnThreads:
         alone = self.alone.get(key)
         self.calls += 1
         if alone is None or self.calls % self.PROBE == 0:
-            start = time.perf_counter()
+            start = clock()
             result = self.then(*args)
             if result is not NotImplemented:
-                wall = time.perf_counter() - start
+                wall = clock() - start
                 self.alone[key] = wall if alone is None else min(alone, wall)
                 return result
-        cpu, start = time.process_time(), time.perf_counter()
+        cpu, start = process_clock(), clock()
         result = self.kernel(*args)
         if result is not NotImplemented:
-            wall = time.perf_counter() - start
+            wall = clock() - start
             if alone is not None and wall > alone + self.MARGIN:
                 own_contention.judge(True)
             else:
                 # A call within WAKE has not lost, whatever its CPU time (record's rule):
                 # the second read of the process's CPU time, a 0.6 us system call, is skipped.
-                own_contention.record(wall, time.process_time() - cpu
+                own_contention.record(wall, process_clock() - cpu
                                       if wall > own_contention.WAKE else 0.0)
         return result
 
@@ -355,7 +363,7 @@ def run(tasks, adaptive=False):
     if len(tasks) < 2 or threads() < 2 or getattr(_local, "worker", False):
         return [t() for t in tasks]
     job = _Job(tasks, timed=adaptive)
-    start = time.perf_counter()
+    start = clock()
     try:
         helpers = min(threads(), len(tasks)) - 1
         jobs = _get_queue(helpers)
@@ -375,7 +383,7 @@ def run(tasks, adaptive=False):
     if job.error is not None:
         raise job.error
     if job.cpu is not None:
-        contention.record(time.perf_counter() - start, job.cpu)
+        contention.record(clock() - start, job.cpu)
     return job.results
 
 

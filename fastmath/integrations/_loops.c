@@ -105,12 +105,55 @@ typedef struct {
     fenv_t env;
 } Job;
 
-static long long thread_cpu_ns(void)
+static long long real_wall_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static long long real_cpu_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
+
+/* The clocks the back-off reads: the real ones, or, for tests (_set_clock), Python callables
+ * that return seconds, so that a test says what a split or a whole run took instead of
+ * depending on how busy the machine is. Only the calling thread of a split reads them. */
+static PyObject *fake_clocks[2]; /* wall, the caller's CPU time; set and read under the GIL */
+
+static long long fake_ns(int which)
+{
+    PyGILState_STATE gil = PyGILState_Ensure(); /* a ufunc loop runs without it */
+    long long ns = 0;
+    PyObject *fn = fake_clocks[which];
+    if (fn == NULL) { /* put back meanwhile */
+        ns = which ? real_cpu_ns() : real_wall_ns();
+    }
+    else {
+        Py_INCREF(fn);
+        PyObject *r = PyObject_CallNoArgs(fn);
+        double s = r ? PyFloat_AsDouble(r) : -1.0;
+        Py_XDECREF(r);
+        if (PyErr_Occurred()) {
+            PyErr_WriteUnraisable(fn);
+        }
+        else {
+            ns = (long long)(s * 1e9);
+        }
+        Py_DECREF(fn);
+    }
+    PyGILState_Release(gil);
+    return ns;
+}
+
+static long long fake_wall_ns(void) { return fake_ns(0); }
+static long long fake_cpu_ns(void) { return fake_ns(1); }
+
+static long long (*_Atomic wall_ns)(void) = real_wall_ns;
+static long long (*_Atomic thread_cpu_ns)(void) = real_cpu_ns;
 
 /* What the job would have taken in one thread: the caller's CPU time for its own pieces,
  * scaled to all of them (a helper's CPU time is no guide: one that woke late, on a cold
@@ -289,11 +332,9 @@ static Pace *pace_of(Slot *s, npy_intp n)
 static void run_whole(Slot *s, Pace *pace, char **args, npy_intp n, const npy_intp *steps,
                       void *data)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long long t0 = wall_ns();
     s->original(args, &n, steps, data);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double ps = ((t1.tv_sec - t0.tv_sec) * 1e12 + (t1.tv_nsec - t0.tv_nsec) * 1e3) / (double)n;
+    double ps = (wall_ns() - t0) * 1e3 / (double)n;
     unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)ps;
     int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
     atomic_store_explicit(&pace->whole[k % KEEP], v, memory_order_relaxed);
@@ -370,18 +411,14 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         }
     }
     job.timed = paced;
-    struct timespec t0, t1;
-    if (paced) {
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-    }
+    long long t0 = paced ? wall_ns() : 0;
     int ran = run_job(&job, threads);
     pthread_mutex_unlock(&busy);
     if (!ran) {
         return 0;
     }
     if (paced) {
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        long long wall = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+        long long wall = wall_ns() - t0;
         long long alone = alone_ns(&job);
         int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
         skip = skip < 1 ? 1 : skip;
@@ -1140,6 +1177,27 @@ static PyObject *py_last_cpu(PyObject *self, PyObject *unused)
     return PyFloat_FromDouble((double)ns * 1e-9);
 }
 
+static PyObject *py_set_clock(PyObject *self, PyObject *args)
+{
+    PyObject *wall, *cpu;
+    if (!PyArg_ParseTuple(args, "OO", &wall, &cpu)) {
+        return NULL;
+    }
+    int fake = wall != Py_None;
+    if (fake != (cpu != Py_None) || (fake && !(PyCallable_Check(wall) && PyCallable_Check(cpu)))) {
+        PyErr_SetString(PyExc_TypeError, "_set_clock(wall, cpu): two callables, or None, None");
+        return NULL;
+    }
+    PyObject *old[2] = {fake_clocks[0], fake_clocks[1]};
+    fake_clocks[0] = fake ? Py_NewRef(wall) : NULL;
+    fake_clocks[1] = fake ? Py_NewRef(cpu) : NULL;
+    atomic_store(&wall_ns, fake ? fake_wall_ns : real_wall_ns);
+    atomic_store(&thread_cpu_ns, fake ? fake_cpu_ns : real_cpu_ns);
+    Py_XDECREF(old[0]);
+    Py_XDECREF(old[1]);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_threads(PyObject *self, PyObject *unused)
 {
     return PyLong_FromLong(atomic_load(&nthreads));
@@ -1167,6 +1225,10 @@ static PyMethodDef methods[] = {
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per split, 0: all"},
     {"threads", py_threads, METH_NOARGS, "threads per split"},
+    {"_set_clock", py_set_clock, METH_VARARGS,
+     "_set_clock(wall, cpu): for tests, the back-off's clocks are these callables (seconds:\n"
+     "the time, and the calling thread's CPU time) instead of the real ones; None, None\n"
+     "puts the real ones back"},
     {"last_cpu", py_last_cpu, METH_NOARGS,
      "last_cpu() -> seconds or None: the time the last foreach() that ran on the pool would\n"
      "have taken in one thread (the caller's CPU time for its own pieces, scaled to all);\n"

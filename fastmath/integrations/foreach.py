@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import time
 
 from .._numpy import np
 
@@ -222,12 +221,12 @@ class Foreach:
         threads = _parallel.threads()
         pace = self._paces[outs is not None]
         pool = threads > 1 and pace.pool()
-        start = time.perf_counter()
+        start = _parallel.clock()
         flags, left, allocated, n = _loops.foreach(loops, xs, outs, results, self._limit(sel),
                                                    self._split_size, NATIVE_PIECE,
                                                    threads if pool else 1)
         if threads > 1 and n >= self._split_size:  # big enough for the pool to be asked
-            pace.took(pool, (time.perf_counter() - start) / n)
+            pace.took(pool, (_parallel.clock() - start) / n)
         if allocated >= RECYCLE and _alloc._tuned is None:
             # many small outputs freed together shrink glibc's heap, and the next call's
             # outputs fault every page in again (about 1000 faults, 10 ms, for 1000 x 1000

@@ -5,7 +5,6 @@ back-off per call size (``_parallel.sized_contention``).
 Oracle: NumPy's own call on the same input, bit for bit (the very loop runs on every
 chunk), with NumPy's warnings and exceptions under ``np.errstate``.
 """
-import time
 import warnings
 
 import numpy as np
@@ -14,6 +13,8 @@ import pytest
 import fastmath
 from fastmath.backends import numpy as numpy_backend
 from fastmath.dispatch import _parallel
+
+from helpers import FakeClock
 
 _loops = pytest.importorskip("fastmath.integrations._loops")
 N = 1_000_000  # above the numpy backend's split size for exp and log
@@ -106,7 +107,16 @@ def test_layouts_the_pool_does_not_take_are_declined(fresh, spy):
         same(overlap, want)
 
 
-def test_a_size_whose_splits_lose_runs_in_one_piece(fresh, spy, monkeypatch):
+@pytest.fixture
+def clock(monkeypatch):
+    """The back-off's wall clock, made up: each call reads it twice, so every call, split or
+    whole, takes one tick (1 ms unless a test says otherwise)."""
+    fake = FakeClock(tick=1e-3)
+    monkeypatch.setattr(_parallel, "clock", fake)
+    return fake
+
+
+def test_a_size_whose_splits_lose_runs_in_one_piece(fresh, spy, clock, monkeypatch):
     """A split whose wall time exceeded its threads' CPU time lost: the next calls of
     that size run as NumPy's own call, while other sizes go on splitting."""
     x = np.random.default_rng(3).standard_normal(N)
@@ -120,14 +130,15 @@ def test_a_size_whose_splits_lose_runs_in_one_piece(fresh, spy, monkeypatch):
         assert pace.left == 2 and pace.skip == 8
         same(fastmath.exp(big), np.exp(big))  # another size: its own record
         assert len(spy) == 4
-    monkeypatch.setattr(numpy_backend._loops, "last_cpu", lambda: 1.0)  # splits win again
+    monkeypatch.setattr(numpy_backend._loops, "last_cpu", lambda: 1.0)  # splits win again,
+    clock.tick = 0.5e-3  # in half the time of the calls that ran whole before
     with fastmath.backend("numpy"):
         for _ in range(3):
             fastmath.exp(x)
     assert pace.skip == 4 and len(spy) == 5  # paused 2 more, then a split that won
 
 
-def test_a_split_slower_than_the_calls_run_whole_lost(fresh, spy, monkeypatch):
+def test_a_split_slower_than_the_calls_run_whole_lost(fresh, spy, clock, monkeypatch):
     """The second call of a size runs whole and is timed; a later split slower than such
     calls lost even where the caller's CPU time for its chunks, scaled up, says it won
     (that reading runs high when the two threads slow each other)."""
@@ -138,15 +149,14 @@ def test_a_split_slower_than_the_calls_run_whole_lost(fresh, spy, monkeypatch):
         same(fastmath.exp(x), np.exp(x))  # split
         same(fastmath.exp(x), np.exp(x))  # whole, timed
         assert len(spy) == 1 and len(pace.whole) == 1
-        t = time.perf_counter()
-        np.exp(x)
-        assert 0 < pace.one_thread(x.size) < 100 * (time.perf_counter() - t)
-        pace.whole[:] = [1e-15]  # one thread takes a femtosecond an element: splits lose
+        assert pace.one_thread(x.size) == pytest.approx(1e-3)  # its two readings apart
+        clock.tick = 2e-3  # a split twice as long as the call run whole: lost
         same(fastmath.exp(x), np.exp(x))
         assert len(spy) == 2 and pace.left == 1
         same(fastmath.exp(x), np.exp(x))  # paused, and timed
         assert len(spy) == 2 and len(pace.whole) == 2
-        pace.whole[:] = [1.0]  # a second an element: the next split wins
+        assert pace.one_thread(x.size) == pytest.approx(2e-3)  # the median of 1 and 2 ms
+        clock.tick = 1e-3  # half as long as that: the next split wins
         same(fastmath.exp(x), np.exp(x))
         assert len(spy) == 3 and pace.left == 0
 

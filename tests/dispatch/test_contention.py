@@ -2,7 +2,6 @@
 the CPU time of its chunks (``_parallel.run(adaptive=True)``), ``threads_now`` keeps the
 next calls in one piece in the caller's thread, and splitting is tried again later."""
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -10,6 +9,8 @@ import pytest
 import fastmath
 from fastmath._registry import BY_NAME
 from fastmath.dispatch import _parallel
+
+from helpers import FakeClock
 
 
 @pytest.fixture(autouse=True)
@@ -20,22 +21,37 @@ def fresh(monkeypatch):
     monkeypatch.setattr(_parallel, "own_contention", _parallel._OwnContention())
 
 
-def waiting_tasks(n=4, seconds=0.01):
-    """Tasks that take wall time but almost no CPU: a split of them always loses."""
+def lose(monkeypatch):
+    """Clocks by which every split loses: a call takes a second, its tasks no CPU time."""
+    monkeypatch.setattr(_parallel, "clock", FakeClock(tick=1.0))
+    monkeypatch.setattr(_parallel, "thread_clock", FakeClock())
+    monkeypatch.setattr(_parallel, "process_clock", FakeClock())
+
+
+@pytest.fixture
+def losing(monkeypatch):
+    lose(monkeypatch)
+
+
+def paired_tasks(n=4):
+    """Tasks that each wait for a task in another thread (the timeout only guards against a
+    hang): a split of them runs on at least two threads, however busy the cores are."""
+    pair = threading.Barrier(2, timeout=60)
+
     def task():
-        time.sleep(seconds)
+        pair.wait()
         return threading.current_thread().name
     return [task] * n
 
 
-def test_a_losing_split_keeps_the_next_calls_in_one_thread():
+def test_a_losing_split_keeps_the_next_calls_in_one_thread(losing):
     assert _parallel.threads_now() == _parallel.threads()
-    first = _parallel.run(waiting_tasks(), adaptive=True)
+    first = _parallel.run(paired_tasks(), adaptive=True)
     assert set(first) != {threading.current_thread().name}  # split: a helper took part
     skip = _parallel._Contention.FIRST
     assert [_parallel.threads_now() for _ in range(skip)] == [1] * skip
     assert _parallel.threads_now() == _parallel.threads()  # tried again...
-    _parallel.run(waiting_tasks(), adaptive=True)  # ...lost again: a longer pause
+    _parallel.run(paired_tasks(), adaptive=True)  # ...lost again: a longer pause
     assert [_parallel.threads_now() for _ in range(2 * skip)] == [1] * (2 * skip)
     assert _parallel.threads_now() == _parallel.threads()
 
@@ -49,8 +65,8 @@ def test_a_short_call_that_waited_for_a_helper_to_wake_is_not_a_loss():
     assert c.left == c.FIRST
 
 
-def test_calls_that_wait_on_something_else_are_not_judged():
-    _parallel.run(waiting_tasks(), adaptive=False)  # e.g. copies to a device
+def test_calls_that_wait_on_something_else_are_not_judged(losing):
+    _parallel.run(paired_tasks(), adaptive=False)  # e.g. copies to a device
     assert _parallel.threads_now() == _parallel.threads()
 
 
@@ -68,11 +84,13 @@ def test_winning_splits_shorten_the_pauses_again():
 
 
 @pytest.mark.parametrize("name", ["exp", "softmax", "logsumexp"])
-def test_kernels_in_one_piece_give_the_same_results(name):
+def test_kernels_in_one_piece_give_the_same_results(name, monkeypatch):
     x = np.linspace(-5, 5, 3 * 10**6)
     with fastmath.backend("numpy"):
         split = getattr(fastmath, name)(x)
-        _parallel.run(waiting_tasks(), adaptive=True)
+        with monkeypatch.context() as m:
+            lose(m)
+            _parallel.run(paired_tasks(), adaptive=True)
         pause = _parallel.contention.left
         whole = getattr(fastmath, name)(x)
     assert _parallel.contention.left == pause - 1  # it asked once, and ran in one piece
@@ -117,7 +135,7 @@ class Counted:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_while_torchs_splits_lose_the_next_kernel_computes_the_same_bits(dtype):
+def test_while_torchs_splits_lose_the_next_kernel_computes_the_same_bits(dtype, monkeypatch):
     (name, guarded), (after, then) = _erf_chain(dtype)[:2]
     assert (name, after) == ("torch-cpu", "mkl")
     own, nxt = Counted(guarded.kernel), Counted(then)
@@ -129,7 +147,11 @@ def test_while_torchs_splits_lose_the_next_kernel_computes_the_same_bits(dtype):
     c.left = 1  # as a lost split of torch's leaves it
     k(x, outs[0])
     assert (own.calls, nxt.calls, c.left) == (0, 1, 0)
-    k(x, outs[1])  # the pause is over: torch's threads again, the call timed
+    # the pause is over: torch's threads again, the call timed (1 ms: faster than the
+    # next kernel alone, and its CPU time says it won)
+    monkeypatch.setattr(_parallel, "clock", FakeClock(tick=1e-3))
+    monkeypatch.setattr(_parallel, "process_clock", FakeClock(tick=2e-3))
+    k(x, outs[1])
     assert (own.calls, nxt.calls) == (1, 1)
     c.left = 1
     k(x[::2], outs[2][::2])  # a strided input mkl declines: torch computes it after all
@@ -163,7 +185,10 @@ def test_a_losing_torch_call_pauses_torchs_threads():
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
 def test_torch_calls_that_lose_to_a_busy_core_are_judged_lost():
-    # two torch threads on one core: a split that cannot win, as with a busy core
+    # two torch threads on one core: a split that cannot win, as with a busy core. Timed on
+    # the real clocks, and still not the load's to decide: a process held to one core gets
+    # at most as much CPU time as wall time, so each torch call (milliseconds) reads lost
+    # by record's rule, and other processes on that core only lengthen its wall time.
     import subprocess
     import sys
 
@@ -182,14 +207,18 @@ def test_torch_calls_that_lose_to_a_busy_core_are_judged_lost():
     assert int(r.stdout.split()[-1]) > _parallel._OwnContention.FIRST
 
 
-def test_a_torch_call_slower_than_the_next_kernel_alone_is_judged_lost():
+def test_a_torch_call_slower_than_the_next_kernel_alone_is_judged_lost(monkeypatch):
     """torch's threads waiting at the barrier for a preempted part spin (CPU time that
     looks like work): a call slower than the next kernel, timed alone on the first call of
     each size, lost all the same."""
     ran = []
+    clock, cpu = FakeClock(), FakeClock()  # time passes only where a kernel below says so
+    monkeypatch.setattr(_parallel, "clock", clock)
+    monkeypatch.setattr(_parallel, "process_clock", cpu)
 
     def own(x, out):  # stands for torch's split held up by a busy core
-        time.sleep(0.002)
+        clock.advance(0.002)
+        cpu.advance(0.004)  # two threads busy all along: by CPU time alone, a win
         np.copyto(out, x)
         ran.append("own")
         return 0

@@ -10,7 +10,7 @@ import fastmath
 from fastmath import foreach
 from fastmath._registry import ROWS
 
-from helpers import BACKENDS, BITWISE, assert_same
+from helpers import BACKENDS, BITWISE, FakeClock, assert_same
 
 UNARY = [s for s in ROWS if s.kind in ("unary", "elementwise")]
 
@@ -660,6 +660,39 @@ def test_pace_goes_the_way_measured_faster_and_probes_the_other():
         way = pace.pool()
         pace.took(way, 0.5e-9 if way else 1e-9)
     assert probes(False) == [32, 64]
+
+
+@compiled
+def test_the_compiled_path_goes_the_way_its_clock_says_is_faster(monkeypatch):
+    """The compiled path times each call on the back-off's clock (_parallel.clock) and
+    hands the time per element to its _Pace: with calls on the pool made to look four
+    times as long as those on one thread, the calls after the first few stay on one."""
+    clock = FakeClock()
+    monkeypatch.setattr(fastmath.dispatch._parallel, "clock", clock)
+    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: 2)
+    monkeypatch.setattr(foreach.exp, "_paces", (foreach._Pace(), foreach._Pace()))
+    foreach.exp._loops()  # looked up (a call of their own) before the calls counted here
+    ways = []
+    real = foreach._loops.foreach
+
+    def timed(*args):  # the pool asked for (threads > 1) takes 4 s, one thread 1 s
+        ways.append(args[-1] > 1)
+        clock.advance(4.0 if ways[-1] else 1.0)
+        return real(*args)
+    monkeypatch.setattr(foreach._loops, "foreach", timed)
+    # arrays short of a split each (longer ones are left to fastmath.exp), long in all
+    xs = [np.linspace(0, 1, foreach.exp._split_size // 4) + k for k in range(8)]
+    with fastmath.backend("numpy"):
+        for _ in range(12):
+            for g, x in zip(foreach.exp(xs), xs):
+                same_bits(g, np.exp(x))
+    pace = foreach.exp._paces[False]
+    n = sum(x.size for x in xs)
+    assert list(pace.times[False]) == [pytest.approx(1.0 / n)] * len(pace.times[False])
+    assert list(pace.times[True]) == [pytest.approx(4.0 / n)] * len(pace.times[True])
+    assert ways[:2 * pace.FIRST] == [False, True] * pace.FIRST  # each way in turn, then
+    # one thread, but for the pool's early probe at the 8th call
+    assert ways[2 * pace.FIRST:] == [c == 8 for c in range(2 * pace.FIRST + 1, 13)]
 
 
 def test_a_reloaded_calibration_moves_where_arrays_leave_the_compiled_path(tmp_path, monkeypatch):

@@ -10,8 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
-
 import numpy
 
 import pytest
@@ -20,6 +18,8 @@ import scipy.stats
 
 import fastmath
 from fastmath.integrations import _loopmode
+
+from helpers import FakeClock
 
 pytestmark = pytest.mark.skipif(not _loopmode.available(),
                                 reason=str(_loopmode.why_unavailable()))
@@ -427,25 +427,58 @@ def test_bool_output_loops_are_restored_on_removal():
     assert after == before  # NumPy's own loops again: nothing reaches the pool
 
 
-def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch):
-    """A split that ran slower than one thread (here: runs far too short for a thread
-    handoff to pay) makes the next runs of that loop and length run in one piece, for a
-    pause that doubles while splits keep losing; every result is NumPy's all along."""
+@pytest.fixture
+def clocks():
+    """The loop mode's back-off on made-up clocks (wall, the caller's CPU time): the
+    tests below decide whether a split lost, whatever the load on this machine."""
+    wall, cpu = FakeClock(), FakeClock()
+    _loopmode._loops._set_clock(wall, cpu)
+    yield wall, cpu
+    _loopmode._loops._set_clock(None, None)
+
+
+def _ways(key, runs):
+    """Run ``runs()`` and say how the loop mode ran it: "split", "paced" (kept whole by
+    the back-off) or "whole" (a timed sample)."""
+    split, paced = _split_calls(key), _loopmode.paced().get(key, 0)
+    runs()
+    if _split_calls(key) > split:
+        return "split"
+    return "paced" if _loopmode.paced()[key] > paced else "whole"
+
+
+def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch, clocks):
+    """A split that ran slower than one thread makes the next runs of that loop and length
+    run in one piece, for a pause that doubles while splits keep losing; every result is
+    NumPy's all along. Here every split loses: its caller's pieces take no CPU time, and
+    it takes 3 ms where a whole run takes 1."""
     if fastmath.dispatch._parallel.threads() < 2:
         pytest.skip("one thread: nothing splits")
     for name, value in (("_SPLIT_AT", 2), ("_MIN_SPLIT", 2), ("_PIECE", 64)):
         monkeypatch.setattr(_loopmode, name, value)
+    wall, cpu = clocks
+    wall.tick = 1e-3  # between two readings: a whole run reads twice, a split twice...
+    cpu.tick = 0.0
+
+    def cpu_reading():  # ...and the caller's CPU time twice more, 1 ms each
+        wall.advance(1e-3)
+        return cpu()
+    _loopmode._loops._set_clock(wall, cpu_reading)
     _loopmode.pacing(True)
     x = RNG.standard_normal(1000)
     key = "exp d->d"
     want = numpy.exp(x)
     with fastmath.patch(mode="loops"):
-        split, paced = _split_calls(key), _loopmode.paced().get(key, 0)
-        for _ in range(50):
-            _bitwise(numpy.exp(x), want)
-        split, paced = _split_calls(key) - split, _loopmode.paced()[key] - paced
-    assert split + paced == 50  # the second run, timed whole, fell in the first pause
-    assert 2 <= split <= 10 and paced >= 30, (split, paced)
+        ways = [_ways(key, lambda: _bitwise(numpy.exp(x), want)) for _ in range(50)]
+    # The first split has no whole run to be compared with (nor, if the pool's thread took
+    # every piece, a CPU time of the caller's): lost or not, the second run is whole, timed.
+    assert ways[0] == "split" and ways[1] in ("paced", "whole"), ways
+    # From then on every split loses, and the runs kept whole after it double.
+    pauses = [len(p) for p in "".join(w[0] for w in ways[2:]).split("s")[1:]]
+    assert set("".join(w[0] for w in ways[2:])) == {"s", "p"}, ways
+    assert len(pauses) >= 5 and all(pauses), ways
+    assert all(b == 2 * a for a, b in zip(pauses, pauses[1:-1])), ways
+    assert pauses[-1] <= 2 * pauses[-2], ways
     _loopmode.pacing(False)
     with fastmath.patch(mode="loops"):
         split = _split_calls(key)
@@ -453,7 +486,7 @@ def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch):
         assert _split_calls(key) == split + 1  # without pacing every such run splits
 
 
-def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch):
+def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch, clocks):
     """The second run of a loop and length runs whole and is timed, and so is one in 64
     after: a split slower than those runs lost, even when the caller's own CPU time (which
     reads high when the two threads slow each other) says it won."""
@@ -461,6 +494,8 @@ def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch):
         pytest.skip("one thread: nothing splits")
     for name, value in (("_SPLIT_AT", 2), ("_MIN_SPLIT", 2), ("_PIECE", 64)):
         monkeypatch.setattr(_loopmode, name, value)
+    wall, cpu = clocks
+    wall.tick, cpu.tick = 1e-3, 1.0  # 1 ms between readings; the caller's CPU time: won
     _loopmode.pacing(True)
     n = 3001  # a run length no other test uses: its own, fresh record
     x = RNG.standard_normal(n)
@@ -472,17 +507,27 @@ def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch):
         pace = _loopmode._loops.pace(slot, n)
         assert pace["kept"] == 0 and pace["one_thread"] is None
         split = _split_calls(key)
-        _bitwise(numpy.sqrt(ax), want)  # the first run splits
+        _bitwise(numpy.sqrt(ax), want)  # the first run splits, and wins
         assert _split_calls(key) == split + 1
         _bitwise(numpy.sqrt(ax), want)  # the second runs whole, timed
         assert _split_calls(key) == split + 1
         pace = _loopmode._loops.pace(slot, n)
-        assert pace["kept"] == 1 and pace["since"] == 0
-        t = time.perf_counter()
-        numpy.sqrt(ax, out=numpy.empty_like(ax))
-        assert 0 < pace["one_thread"] < 100 * (time.perf_counter() - t) + 1e-3
-        for _ in range(100):
-            _bitwise(numpy.sqrt(ax), want)
+        assert pace["kept"] == 1 and pace["since"] == 0 and pace["left"] == 0
+        assert pace["one_thread"] == pytest.approx(1e-3, rel=1e-5)  # its two readings apart
+
+        def slow_cpu():  # a split as fast as one thread by CPU time, and 2 ms long
+            wall.advance(0.5e-3)
+            return cpu()
+        _loopmode._loops._set_clock(wall, slow_cpu)
+        assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "split"
         pace = _loopmode._loops.pace(slot, n)
-        assert pace["kept"] >= 2  # at least one more sample (64 runs on, or paused ones)
+        assert pace["left"] == 1 and pace["skip"] == 2  # lost: the next run kept whole
+        assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "paced"
+        _loopmode._loops._set_clock(wall, cpu)
+        wall.tick = 0.5e-3  # splits in half a whole run's time: won
+        assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "split"
+        pace = _loopmode._loops.pace(slot, n)
+        assert pace["left"] == 0 and pace["skip"] == 1 and pace["kept"] == 2
+        ways = [_ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) for _ in range(100)]
+        assert ways.count("whole") == 1 and ways.index("whole") == 63  # one in 64
     _loopmode.pacing(False)

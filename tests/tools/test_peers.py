@@ -4,12 +4,15 @@ are bench/'s business)."""
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import scipy.special
 
 from fastmath.tools import _peers
+
+from helpers import FakeClock
 
 
 @pytest.mark.slow
@@ -60,44 +63,47 @@ def test_max_ulps_is_a_distance():
     assert _peers.max_ulps(np.nextafter(a, np.float32(3)), a) == 1
 
 
-def _burn(seconds, done):
-    """Compute in NumPy (without the GIL, as a pool's thread would) for ``seconds``."""
-    import time
+@pytest.fixture
+def busy_for(monkeypatch):
+    """quiesce() on made-up clocks: ``busy_for(s)`` makes the process's threads compute on
+    a whole core for ``s`` seconds of its sleeps, then go quiet."""
+    wall, cpu = FakeClock(), FakeClock()
+    left = [0.0]
 
-    a = np.ones(1 << 16)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        np.exp(a, out=a)
-        np.log(a, out=a)
-    done.append(time.perf_counter())
+    def sleep(seconds):  # the process's threads compute while this one sleeps
+        busy = min(seconds, left[0])
+        left[0] -= busy
+        wall.advance(seconds)
+        cpu.advance(busy + 0.01 * seconds)  # and a little stray work of its own
+    monkeypatch.setattr(_peers, "clock", wall)
+    monkeypatch.setattr(_peers, "cpu_clock", cpu)
+    monkeypatch.setattr(_peers, "sleep", sleep)
 
-
-def test_quiesce_waits_for_the_process_threads_to_stop_computing():
-    import threading
-    import time
-
-    done = []
-    t = threading.Thread(target=_burn, args=(0.3, done))
-    t.start()
-    time.sleep(0.02)
-    waited = _peers.quiesce()
-    returned = time.perf_counter()
-    t.join()
-    assert done and done[0] <= returned and waited >= 0.2
+    def set_busy(seconds):
+        left[0] = seconds
+        return left
+    return set_busy
 
 
-def test_quiesce_gives_up_after_its_limit_and_is_quick_when_quiet():
-    import threading
+def test_quiesce_waits_for_the_process_threads_to_stop_computing(busy_for):
+    left = busy_for(0.3)
+    assert _peers.quiesce() == pytest.approx(0.3 + _peers.INTERVAL)  # and one quiet look
+    assert left == [0.0]
 
-    done = []
-    t = threading.Thread(target=_burn, args=(1.5, done))
-    t.start()
-    try:
-        waited = _peers.quiesce(limit=0.2)
-        assert 0.2 <= waited < 0.6 and not done
-    finally:
-        t.join()
-    assert _peers.quiesce() < 0.2
+
+def test_quiesce_gives_up_after_its_limit_and_is_quick_when_quiet(busy_for):
+    left = busy_for(1.5)
+    assert _peers.quiesce(limit=0.2) == pytest.approx(0.2)
+    assert left[0] == pytest.approx(1.3)  # still computing: given up on
+    busy_for(0.0)
+    assert _peers.quiesce() == pytest.approx(_peers.INTERVAL)
+
+
+def test_quiesce_on_the_real_clocks_returns():
+    # what the process's CPU time tells is the business of the tests above; here only that
+    # the real clocks are the default and a wait ends within its limit
+    assert _peers.clock is time.perf_counter and _peers.cpu_clock is time.process_time
+    assert 0 < _peers.quiesce(limit=0.05)
 
 
 def test_the_fastest_peer_is_the_fastest_within_the_rows_ulp_bound():
