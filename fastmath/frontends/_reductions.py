@@ -108,18 +108,46 @@ def _allocatable(xa) -> None:
         np.empty(xa.shape, xa.dtype)
 
 
-def _subtract_overflows(xa, hi) -> bool:
-    """Whether SciPy's ``a - max(a)`` would report an overflow, which the kernels (they
-    ignore FP errors) cannot: only possible when the maximum ``hi`` is huge."""
-    if np.geterr()["over"] == "ignore" or not hi > np.finfo(xa.dtype).max * 2.0 ** -60:
+def _subtract_overflows(xa, maxima) -> bool:
+    """Whether SciPy's ``a - max(a)`` could report an overflow, which the kernels (they
+    ignore FP errors) cannot: True sends the call to SciPy. Only a slice with a huge finite
+    maximum can overflow; its row is judged against the most negative finite element
+    anywhere, which errs towards SciPy. NaNs and infinities elsewhere (in ``maxima``, the
+    slices' maxima or any superset of them) must not hide it: SciPy warns for that slice."""
+    if np.geterr()["over"] == "ignore":
         return False
     with np.errstate(all="ignore"):
-        lo = np.min(xa)
-        return bool(np.isfinite(hi) and np.isfinite(lo) and np.isinf(lo - hi))
+        hi = np.max(maxima, where=np.isfinite(maxima), initial=-np.inf)
+        # below this, hi - lo stays under half an ulp past the largest finite value
+        if not hi > np.finfo(xa.dtype).max * 2.0 ** -60:
+            return False
+        lo = np.min(xa, where=np.isfinite(xa), initial=np.inf)
+        return bool(np.isinf(lo - hi))
+
+
+def _weights_overflow(wb, part, n) -> bool:
+    """Whether SciPy's weighted sums (``m``, the weights at the maxima, and ``s``, the
+    weighted terms) or its ``s / m`` could overflow, which the kernels cannot report: True
+    sends the call to SciPy. ``wb``: the weights before broadcasting, ``n``: the elements
+    per slice. Every term is at most ``B = max|b|`` (an exp of a shifted value is at most
+    1), so every partial sum, in any order, is at most ``n * B``; below a quarter of the
+    largest float no sum overflows, whatever rounding, and ``s / m`` cannot either while
+    ``|m| * max / 4`` exceeds ``n * B``. ``m`` here may differ from SciPy's by the rounding
+    of its sum (``n * eps * B`` at most), hence that margin."""
+    if np.geterr()["over"] == "ignore":
+        return False
+    info = np.finfo(part[1].dtype)
+    with np.errstate(all="ignore"):
+        bound = n * max(float(np.max(wb)), -float(np.min(wb)))
+        if not bound <= float(info.max) / 4:  # NaN weights too: SciPy judges them
+            return True
+        floor = bound * (4 / float(info.max) + n * float(info.eps))
+        return bool(np.any(np.abs(part[1]) <= floor))
 
 
 def _lse_operands(a, b, keepdims):
-    """(a, b, dtype, chain) as the kernels take them, or None where SciPy must answer."""
+    """(a, b, b before broadcasting, dtype, chain) as the kernels take them, or None where
+    SciPy must answer."""
     try:
         xa = np.asarray(a)
         xb = None if b is None else np.asarray(b)
@@ -139,14 +167,17 @@ def _lse_operands(a, b, keepdims):
     if not chain:
         return None
     xa = np.atleast_1d(xa).astype(dtype, copy=False)
+    wb = xb
     if xb is not None:
-        xb = np.atleast_1d(xb).astype(dtype, copy=False)
+        xb = wb = np.atleast_1d(xb).astype(dtype, copy=False)
         try:
             shape = np.broadcast_shapes(xa.shape, xb.shape)
         except ValueError:
             return None
         xa, xb = np.broadcast_to(xa, shape), np.broadcast_to(xb, shape)
-    return xa, xb, dtype, chain
+        if xa.size == 0:  # empty weights: SciPy's -inf
+            return None
+    return xa, xb, wb, dtype, chain
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -222,13 +253,15 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     prepared = _lse_operands(a, b, keepdims)
     if prepared is None:
         return reference()
-    xa, xb, dtype, chain = prepared
+    xa, xb, wb, dtype, chain = prepared
     axes = _valid_axes(axis, xa.ndim)
     if axes is None:
         return reference()
     _allocatable(xa)
     part = _partial(xa, axes, xb, dtype, chain)
-    if _subtract_overflows(xa, np.max(part[0])):
+    if _subtract_overflows(xa, part[0]) or (
+            xb is not None
+            and _weights_overflow(wb, part, xa.size // max(part[0].size, 1))):
         return reference()
     out, sgn = _finish(part, xa, xb, axes, return_sign)
     if not keepdims:
@@ -340,7 +373,7 @@ def _softmax_front(name):
         flags = _chain.first(chain, (xa, axes, out), name)
         if flags == UNCHECKED:
             if _fpe.watched() and (not np.isfinite(out).all()
-                                   or _subtract_overflows(xa, np.max(xa))):
+                                   or _subtract_overflows(xa, xa)):
                 return ref(x, axis)
         elif _watched(flags):
             return ref(x, axis)
