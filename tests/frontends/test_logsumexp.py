@@ -202,3 +202,12 @@ def test_overflows_are_reported_as_scipy_reports_them(backend, mode):
             with fastmath.backend(backend):
                 got = fp_outcome(fastmath.logsumexp, mode, a, **kw)
             assert got == expected, (a, kw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_empty_weights(backend):
+    # b broadcasts a to nothing: SciPy's empty sum, -inf
+    for a, b, axis in ((np.array([1.0]), np.array([]), None),
+                       (np.ones((3, 1)), np.ones((3, 0)), -1)):
+        with fastmath.backend(backend):
+            check(backend, a, b=b, axis=axis)
