@@ -213,3 +213,57 @@ def test_ufunc_attributes_are_the_references():
     import pickle
 
     assert pickle.loads(pickle.dumps(fastmath.exp)) is fastmath.exp
+
+
+def _where_outcome(f, xs, out, where):
+    """What ``f(*xs, [out], where=where, [out=out])`` says: its error's type, and its
+    warnings with the file they name. ``out``: "absent", ("pos", value) or a keyword
+    value."""
+    args, kwargs = xs, {"where": where}
+    if type(out) is tuple and out and isinstance(out[0], str):  # ("pos", value)
+        args = xs + (out[1],)
+    elif not isinstance(out, str):
+        kwargs["out"] = out
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            f(*args, **kwargs)
+            error = None
+        except Exception as e:
+            error = type(e)
+    return error, [(x.category, str(x.message), x.filename) for x in w]
+
+
+class _Override:
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [7, BIG])
+def test_where_without_out_warns_as_numpy_does(backend, n):
+    # NumPy warns for a mask without out= unless out= is given by keyword (out=None and
+    # out=(None,) say "meant"), a positional out is an array, or an __array_ufunc__
+    # override takes the call; where it warns, the warning names the caller's line
+    import scipy.special
+
+    x = np.linspace(0.1, 1.0, n)
+    mask = x > 0.5
+    outs = ["absent", None, (None,), [None], ("pos", None), ("pos", (None,)),
+            ("pos", np.empty(n)), (np.empty(n),)]
+    wheres = [mask, True, np.True_, False, mask.tolist(), _Override()]
+    refs = [np.exp, np.log1p, np.arctan2, np.power, scipy.special.erf, scipy.special.xlogy]
+    for ref in refs:
+        f = getattr(fastmath, ref.__name__)
+        for out in outs:
+            for where in wheres:
+                if isinstance(where, _Override) and ref.__name__ in ("erf", "xlogy"):
+                    # no mask reaches SciPy's ufuncs (scipy/scipy#25127), not even through
+                    # an override, which SciPy would call
+                    continue
+                xs = (x,) * ref.nin
+                expected = _where_outcome(ref, xs, out, where)
+                with fastmath.backend(backend):
+                    got = _where_outcome(f, xs, out, where)
+                assert got == expected, (ref.__name__, out, where)
+    assert _where_outcome(np.exp, (x,), "absent", mask)[1][0][2] == __file__
