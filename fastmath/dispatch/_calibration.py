@@ -172,18 +172,24 @@ def load(path) -> dict:
         raw = f.read(MAX_BYTES + 1)
     if len(raw) > MAX_BYTES:
         raise ValueError(f"it is larger than {MAX_BYTES} bytes")
-    return json.loads(raw.decode("utf-8"), parse_constant=_not_finite)
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_not_finite)
+    except RecursionError:  # json's decoder recurses once per level of nesting
+        raise ValueError("it is nested deeper than Python's recursion limit") from None
 
 
 def _not_finite(word):
     raise ValueError(f"it holds {word}, not a finite number")
 
 
+_OTHERS = object()  # a file of other environments' tables only
+
+
 def _mine(data):
     """The part of a parsed file measured in this environment: a file of several
-    environments holds one such part per key; None if none is this one's."""
+    environments holds one such part per key; _OTHERS if none is this one's."""
     if isinstance(data, dict) and isinstance(data.get("environments"), dict):
-        return data["environments"].get(environment())
+        return data["environments"].get(environment(), _OTHERS)
     return data
 
 
@@ -214,17 +220,25 @@ def _positive(v) -> bool:
 
 def _rows(raw, name, dtype):
     """Rows given as such ([[min_size, [backend, ...]], ...]) rather than as times."""
-    rows = tuple((int(n), tuple(map(str, names))) for n, names in raw)
-    if [n for n, _ in rows] != sorted({n for n, _ in rows}) or any(n < 1 for n, _ in rows):
+    if type(raw) is not list or not all(_row(r) for r in raw):
         raise ValueError(f"the {name} {dtype} rows are malformed")
+    rows = tuple((n, tuple(names)) for n, names in raw)
+    if [n for n, _ in rows] != sorted({n for n, _ in rows}):
+        raise ValueError(f"the {name} {dtype} rows are out of order")
     return rows
+
+
+def _row(r) -> bool:
+    # exact types: int("10"), int(True) or the letters of a string would pass for a row
+    return (type(r) is list and len(r) == 2 and type(r[0]) is int and r[0] >= 1
+            and type(r[1]) is list and all(type(b) is str for b in r[1]))
 
 
 def _read_user(path: Path):
     """This machine's entries from ``path``, or None after one warning if unusable."""
     try:
         data = _mine(load(path))
-        if data is None:  # other environments' measurements only: not this one's business
+        if data is _OTHERS:  # other environments' measurements only: not this one's business
             return None
         entries = _entries(data, str(path))
     except FileNotFoundError:
@@ -236,7 +250,8 @@ def _read_user(path: Path):
         return None
     here = machine()
     if data.get("machine") != here:
-        theirs = data.get("machine") or {}
+        theirs = data.get("machine")
+        theirs = theirs if isinstance(theirs, dict) else {}
         diff = [k for k in here if theirs.get(k) != here[k]]
         _warn(path, f"it was measured for another machine or other library versions "
                     f"(differs in: {', '.join(diff) or 'machine key'})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .._numpy import np
 
+from . import _frames
 from ._ufunc import Ufunc, _scoped_get, _state
 
 _ndarray = np.ndarray
@@ -33,5 +34,9 @@ class BinaryUfunc(Ufunc):
                     return ref(x1, x2)
             if x2 is _MISSING:  # NumPy's own TypeError for too few arguments
                 return self.reference(*(() if x1 is _MISSING else (x1,)), *args, **kwargs)
-            return self._call((x1, x2), args, kwargs)
+            try:
+                return self._call((x1, x2), args, kwargs)
+            except Exception as e:  # NumPy's error, without the frames below this one
+                _frames.trim(e)
+                raise
         return fast

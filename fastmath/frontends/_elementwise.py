@@ -14,7 +14,7 @@ from __future__ import annotations
 from .._numpy import np
 
 from ..dispatch import _chain, _fpe, _selection
-from . import _pipeline
+from . import _frames, _pipeline
 from ..integrations import _dask
 from ._ufunc import _ONE, Ufunc
 
@@ -41,7 +41,11 @@ class Function(Ufunc):
                 scoped = _scoped_get()
                 if (_state.default if scoped is None else scoped) == "auto":
                     return ref(x)
-            return self._call1(x)
+            try:
+                return self._call1(x)
+            except Exception as e:  # NumPy's error, without the frames below this one
+                _frames.trim(e)
+                raise
         return fast
 
     def _call1(self, x):

@@ -10,9 +10,13 @@
  * date (Ufunc._small, Ufunc._ref): the reference, the size below which ``auto`` calls
  * it, the types of one element (empty while one element is not below that size), the
  * Python fast path, the number of operands, numpy.ndarray, the backend context variable,
- * the selection state and "auto". Any call it does not answer, and every call while a
- * profiler or tracer watches this thread (so that they see fastmath's frames), goes to
- * the Python fast path, which decides exactly as before.
+ * the selection state, "auto" and the traceback trimmer. Any call it does not answer, and
+ * every call while a profiler or tracer watches this thread (so that they see fastmath's
+ * frames), goes to the Python fast path, which decides exactly as before.
+ *
+ * An error from the Python path leaves with fastmath's frames taken out of its traceback
+ * (frontends/_frames.py): having no frame of its own, this function is where that is
+ * complete, and the error names the caller's line as NumPy's own would.
  *
  * Built into fastmath.integrations._loops (setup.py); without it the Python path serves.
  */
@@ -21,7 +25,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/ndarraytypes.h>
 
-enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, NSTATE };
+enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM, NSTATE };
 
 static PyObject *default_name;  /* "default": the selection state's attribute */
 
@@ -86,6 +90,34 @@ small_operands(PyObject *const *s, PyObject *const *args, Py_ssize_t nargs)
     return 1;
 }
 
+/* The pending error's traceback without fastmath's frames: trimmer(exc) -> traceback.
+ * If the trimmer fails, the error stays as it was. */
+static void
+trim(PyObject *trimmer)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL && PyException_SetTraceback(value, tb) == 0) {
+        PyObject *res = PyObject_CallOneArg(trimmer, value);
+        if (res == NULL) {
+            PyErr_Clear();
+        }
+        else if (res == Py_None || PyTraceBack_Check(res)) {
+            Py_XDECREF(tb);
+            tb = res == Py_None ? NULL : res;
+            if (tb == NULL) {
+                Py_DECREF(res);
+            }
+        }
+        else {
+            Py_DECREF(res);
+        }
+    }
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
 static PyObject *
 hot_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -109,6 +141,9 @@ hot_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
      * first call of a SciPy ufunc loads it and stores the loaded one) */
     Py_INCREF(fn);
     PyObject *r = PyObject_Vectorcall(fn, args, nargs, kwnames);
+    if (r == NULL && fn != s[REF]) {
+        trim(s[TRIM]);
+    }
     Py_DECREF(fn);
     return r;
 }

@@ -33,6 +33,7 @@ import math
 from .._numpy import np
 
 from ..dispatch import _parallel
+from . import _frames
 
 _ndarray = np.ndarray
 _REAL = (np.dtype(np.float32), np.dtype(np.float64))
@@ -121,25 +122,29 @@ def vecdot(x1, x2, /, out=None, *, axis=-1, **kwargs):
     >>> fastmath.vecdot(np.array([1j, 1.0]), np.array([1j, 1.0]))  # x1 is conjugated
     np.complex128(2+0j)
     """
-    if (out is None and not kwargs and type(x1) is _ndarray and type(x2) is _ndarray
-            and (x1.size >= CHUNK_MIN_SIZE or x2.size >= CHUNK_MIN_SIZE)
-            and x1.dtype == x2.dtype and x1.dtype in _REAL and x1.ndim and x2.ndim
-            and type(axis) is int and -x1.ndim <= axis < x1.ndim
-            and -x2.ndim <= axis < x2.ndim):
-        a, b = np.moveaxis(x1, axis, -1), np.moveaxis(x2, axis, -1)
-        n = a.shape[-1]
-        if b.shape[-1] == n:
-            try:
-                loop = np.broadcast_shapes(a.shape[:-1], b.shape[:-1])
-            except ValueError:
-                loop = None
-            if loop is not None and _chunked(math.prod(loop), n, a.dtype):
-                res = np.empty(loop, a.dtype)
-                _matmul_rows_chunked(a, b, res)
-                return res
-    if out is not None:
-        kwargs["out"] = out
-    return _vecdot_ref(x1, x2, axis=axis, **kwargs)
+    try:
+        if (out is None and not kwargs and type(x1) is _ndarray and type(x2) is _ndarray
+                and (x1.size >= CHUNK_MIN_SIZE or x2.size >= CHUNK_MIN_SIZE)
+                and x1.dtype == x2.dtype and x1.dtype in _REAL and x1.ndim and x2.ndim
+                and type(axis) is int and -x1.ndim <= axis < x1.ndim
+                and -x2.ndim <= axis < x2.ndim):
+            a, b = np.moveaxis(x1, axis, -1), np.moveaxis(x2, axis, -1)
+            n = a.shape[-1]
+            if b.shape[-1] == n:
+                try:
+                    loop = np.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+                except ValueError:
+                    loop = None
+                if loop is not None and _chunked(math.prod(loop), n, a.dtype):
+                    res = np.empty(loop, a.dtype)
+                    _matmul_rows_chunked(a, b, res)
+                    return res
+        if out is not None:
+            kwargs["out"] = out
+        return _vecdot_ref(x1, x2, axis=axis, **kwargs)
+    except Exception as e:  # NumPy's error, without fastmath's frames
+        _frames.trim(e)
+        raise
 
 
 # --- einsum ----------------------------------------------------------------------------
@@ -239,25 +244,29 @@ def einsum(*operands, **kwargs):
     array([[ 5., 14.],
            [14., 50.]])
     """
-    if (len(operands) == 3 and type(operands[0]) is str and type(operands[1]) is _ndarray
-            and type(operands[2]) is _ndarray and kwargs.keys() <= {"out", "optimize"}
-            and type(kwargs.get("optimize", False)) in (bool, str)
-            and kwargs.get("optimize", False) in _OPTIMIZE):
-        subscripts, a, b = operands
-        out = kwargs.get("out")
-        if (a.dtype == b.dtype and a.dtype in _FLOATS and a.size + b.size >= EINSUM_MIN_SIZE
-                and (out is None or type(out) is _ndarray)):
-            key = (subscripts, a.ndim, b.ndim)
-            try:
-                plan = _plans[key]
-            except KeyError:
-                plan = _plans[key] = _parse(subscripts, a.ndim, b.ndim)
-            res = None if plan is None else _product(a, b, *plan)
-            if res is not None:
-                res = _returned(res, out)
+    try:
+        if (len(operands) == 3 and type(operands[0]) is str and type(operands[1]) is _ndarray
+                and type(operands[2]) is _ndarray and kwargs.keys() <= {"out", "optimize"}
+                and type(kwargs.get("optimize", False)) in (bool, str)
+                and kwargs.get("optimize", False) in _OPTIMIZE):
+            subscripts, a, b = operands
+            out = kwargs.get("out")
+            if (a.dtype == b.dtype and a.dtype in _FLOATS and a.size + b.size >= EINSUM_MIN_SIZE
+                    and (out is None or type(out) is _ndarray)):
+                key = (subscripts, a.ndim, b.ndim)
+                try:
+                    plan = _plans[key]
+                except KeyError:
+                    plan = _plans[key] = _parse(subscripts, a.ndim, b.ndim)
+                res = None if plan is None else _product(a, b, *plan)
                 if res is not None:
-                    return res
-    return _einsum_ref(*operands, **kwargs)
+                    res = _returned(res, out)
+                    if res is not None:
+                        return res
+        return _einsum_ref(*operands, **kwargs)
+    except Exception as e:  # NumPy's error, without fastmath's frames
+        _frames.trim(e)
+        raise
 
 
 def _returned(res, out):

@@ -84,7 +84,7 @@ def call(f, xs, args, kwargs):
     if ins is None:
         return reference()
     if o is None:
-        if mask is not None:
+        if mask is not None and "out" not in kwargs:  # see where_warns
             warn_where()
         res = allocate(ins, shape, out_dt, order)
     else:
@@ -167,9 +167,43 @@ def dtype_name(dt) -> str:
 
 def call_reference(f, xs, args, kwargs):
     """The reference's own call; ``where=`` kept away from SciPy's ufuncs (see below)."""
-    if kwargs.get("where", True) is not True and f._spec.ref.startswith("scipy"):
-        return _where_outside(f.reference, xs, args, kwargs)
+    if kwargs.get("where", True) is not True:
+        if where_warns(xs, args, kwargs):
+            # said here, NumPy's warning would name this line, not the caller's: say it
+            # for NumPy at the caller's, and tell NumPy the out=None it then stands for
+            warn_where()
+            args, kwargs = (), dict(kwargs, out=None)
+        if f._spec.ref.startswith("scipy"):
+            return _where_outside(f.reference, xs, args, kwargs)
     return f.reference(*xs, *args, **kwargs)
+
+
+_ARRAY_UFUNC = _ndarray.__array_ufunc__
+
+
+def where_warns(xs, args, kwargs) -> bool:
+    """Whether NumPy's ufunc call warns that ``where=`` comes without ``out=``.
+
+    NumPy warns once its arguments parse (known keywords, at most one positional output),
+    unless ``out=`` is given by keyword (``out=None`` and ``out=(None,)`` included: the
+    way to say it is meant) or positionally as an array, or an ``__array_ufunc__``
+    override among the operands or the mask takes the call. ``where=True`` itself never
+    warns (``np.True_`` does).
+    """
+    where = kwargs.get("where", True)
+    if (where is True or "out" in kwargs or kwargs.keys() - _KEYWORDS or len(args) > 1
+            or (args and args[0] is not None)):
+        return False
+    return not _overridden((*xs, where))
+
+
+def _overridden(objs) -> bool:
+    """Whether an ``__array_ufunc__`` override among ``objs`` takes a ufunc's call."""
+    for x in objs:
+        if type(x) is not _ndarray and getattr(type(x), "__array_ufunc__",
+                                               _ARRAY_UFUNC) is not _ARRAY_UFUNC:
+            return True
+    return False
 
 
 def _operand(x, weak):
@@ -341,10 +375,11 @@ def _where_outside(ref, ins, args, kwargs):
     """
     kwargs = dict(kwargs)
     where = kwargs.pop("where")
+    if len(args) > 1 or (args and type(args[0]) is tuple):
+        return ref(*ins, *args, **kwargs)  # NumPy's own TypeError
     out = args[0] if args else kwargs.pop("out", None)
     o = single_out(out)
-    if o is None:
-        warn_where()
+    if o is None:  # call_reference has warned, where NumPy does
         return ref(*ins, **kwargs)
     if not isinstance(o, np.ndarray):
         return ref(*ins, out=out, **kwargs)  # NumPy's own error for a bad out=

@@ -14,7 +14,7 @@ from .._numpy import np
 import operator
 
 from ..dispatch import _chain, _fpe, _selection
-from . import _pipeline, _ufunc
+from . import _frames, _pipeline, _ufunc
 from ..integrations import _dask
 from .._registry import BY_NAME
 from ..backends import UNCHECKED
@@ -108,18 +108,46 @@ def _allocatable(xa) -> None:
         np.empty(xa.shape, xa.dtype)
 
 
-def _subtract_overflows(xa, hi) -> bool:
-    """Whether SciPy's ``a - max(a)`` would report an overflow, which the kernels (they
-    ignore FP errors) cannot: only possible when the maximum ``hi`` is huge."""
-    if np.geterr()["over"] == "ignore" or not hi > np.finfo(xa.dtype).max * 2.0 ** -60:
+def _subtract_overflows(xa, maxima) -> bool:
+    """Whether SciPy's ``a - max(a)`` could report an overflow, which the kernels (they
+    ignore FP errors) cannot: True sends the call to SciPy. Only a slice with a huge finite
+    maximum can overflow; its row is judged against the most negative finite element
+    anywhere, which errs towards SciPy. NaNs and infinities elsewhere (in ``maxima``, the
+    slices' maxima or any superset of them) must not hide it: SciPy warns for that slice."""
+    if np.geterr()["over"] == "ignore":
         return False
     with np.errstate(all="ignore"):
-        lo = np.min(xa)
-        return bool(np.isfinite(hi) and np.isfinite(lo) and np.isinf(lo - hi))
+        hi = np.max(maxima, where=np.isfinite(maxima), initial=-np.inf)
+        # below this, hi - lo stays under half an ulp past the largest finite value
+        if not hi > np.finfo(xa.dtype).max * 2.0 ** -60:
+            return False
+        lo = np.min(xa, where=np.isfinite(xa), initial=np.inf)
+        return bool(np.isinf(lo - hi))
+
+
+def _weights_overflow(wb, part, n) -> bool:
+    """Whether SciPy's weighted sums (``m``, the weights at the maxima, and ``s``, the
+    weighted terms) or its ``s / m`` could overflow, which the kernels cannot report: True
+    sends the call to SciPy. ``wb``: the weights before broadcasting, ``n``: the elements
+    per slice. Every term is at most ``B = max|b|`` (an exp of a shifted value is at most
+    1), so every partial sum, in any order, is at most ``n * B``; below a quarter of the
+    largest float no sum overflows, whatever rounding, and ``s / m`` cannot either while
+    ``|m| * max / 4`` exceeds ``n * B``. ``m`` here may differ from SciPy's by the rounding
+    of its sum (``n * eps * B`` at most), hence that margin."""
+    if np.geterr()["over"] == "ignore":
+        return False
+    info = np.finfo(part[1].dtype)
+    with np.errstate(all="ignore"):
+        bound = n * max(float(np.max(wb)), -float(np.min(wb)))
+        if not bound <= float(info.max) / 4:  # NaN weights too: SciPy judges them
+            return True
+        floor = bound * (4 / float(info.max) + n * float(info.eps))
+        return bool(np.any(np.abs(part[1]) <= floor))
 
 
 def _lse_operands(a, b, keepdims):
-    """(a, b, dtype, chain) as the kernels take them, or None where SciPy must answer."""
+    """(a, b, b before broadcasting, dtype, chain) as the kernels take them, or None where
+    SciPy must answer."""
     try:
         xa = np.asarray(a)
         xb = None if b is None else np.asarray(b)
@@ -139,14 +167,17 @@ def _lse_operands(a, b, keepdims):
     if not chain:
         return None
     xa = np.atleast_1d(xa).astype(dtype, copy=False)
+    wb = xb
     if xb is not None:
-        xb = np.atleast_1d(xb).astype(dtype, copy=False)
+        xb = wb = np.atleast_1d(xb).astype(dtype, copy=False)
         try:
             shape = np.broadcast_shapes(xa.shape, xb.shape)
         except ValueError:
             return None
         xa, xb = np.broadcast_to(xa, shape), np.broadcast_to(xb, shape)
-    return xa, xb, dtype, chain
+        if xa.size == 0:  # empty weights: SciPy's -inf
+            return None
+    return xa, xb, wb, dtype, chain
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -196,48 +227,54 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     >>> fastmath.logsumexp(np.array([1.0, 2.0]), b=np.array([1.0, -1.0]), return_sign=True)
     (np.float64(1.5413248546129181), np.float64(-1.0))
     """
-    if (b is None and not return_sign and type(a) is np.ndarray and type(keepdims) is bool
-            and _selection.current() == "auto"):
-        # None unless SciPy's edge cases cannot arise; the error state matters only where
-        # SciPy's exp could underflow
-        done = _small(a, axis, keepdims)
-        if done is not None:
-            if not done[1] or np.geterr()["under"] == "ignore":
-                return done[0]
-        elif a.dtype in _FLOATS and np.geterr()["under"] == "ignore":
-            out = lse_finite(a, axis, keepdims)
-            if out is not None:
-                return out
-    ref = _reference()
+    try:
+        if (b is None and not return_sign and type(a) is np.ndarray and type(keepdims) is bool
+                and _selection.current() == "auto"):
+            # None unless SciPy's edge cases cannot arise; the error state matters only where
+            # SciPy's exp could underflow
+            done = _small(a, axis, keepdims)
+            if done is not None:
+                if not done[1] or np.geterr()["under"] == "ignore":
+                    return done[0]
+            elif a.dtype in _FLOATS and np.geterr()["under"] == "ignore":
+                out = lse_finite(a, axis, keepdims)
+                if out is not None:
+                    return out
+        ref = _reference()
 
-    def reference():
-        return ref(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
+        def reference():
+            return ref(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
 
-    if type(a) not in _ARRAYS or (b is not None and type(b) not in _ARRAYS):
-        if _dask.is_dask_array(a) or _dask.is_dask_array(b):
-            lazy = _dask.logsumexp(a, axis, b, keepdims, return_sign)
-            if lazy is not NotImplemented:
-                return lazy
-        return reference()
-    prepared = _lse_operands(a, b, keepdims)
-    if prepared is None:
-        return reference()
-    xa, xb, dtype, chain = prepared
-    axes = _valid_axes(axis, xa.ndim)
-    if axes is None:
-        return reference()
-    _allocatable(xa)
-    part = _partial(xa, axes, xb, dtype, chain)
-    if _subtract_overflows(xa, np.max(part[0])):
-        return reference()
-    out, sgn = _finish(part, xa, xb, axes, return_sign)
-    if not keepdims:
-        out = np.squeeze(out, axis=axes)
-        sgn = np.squeeze(sgn, axis=axes)
-    out = out[()] if out.ndim == 0 else out
-    if return_sign:
-        return out, (sgn[()] if sgn.ndim == 0 else sgn)
-    return out
+        if type(a) not in _ARRAYS or (b is not None and type(b) not in _ARRAYS):
+            if _dask.is_dask_array(a) or _dask.is_dask_array(b):
+                lazy = _dask.logsumexp(a, axis, b, keepdims, return_sign)
+                if lazy is not NotImplemented:
+                    return lazy
+            return reference()
+        prepared = _lse_operands(a, b, keepdims)
+        if prepared is None:
+            return reference()
+        xa, xb, wb, dtype, chain = prepared
+        axes = _valid_axes(axis, xa.ndim)
+        if axes is None:
+            return reference()
+        _allocatable(xa)
+        part = _partial(xa, axes, xb, dtype, chain)
+        if _subtract_overflows(xa, part[0]) or (
+                xb is not None
+                and _weights_overflow(wb, part, xa.size // max(part[0].size, 1))):
+            return reference()
+        out, sgn = _finish(part, xa, xb, axes, return_sign)
+        if not keepdims:
+            out = np.squeeze(out, axis=axes)
+            sgn = np.squeeze(sgn, axis=axes)
+        out = out[()] if out.ndim == 0 else out
+        if return_sign:
+            return out, (sgn[()] if sgn.ndim == 0 else sgn)
+        return out
+    except Exception as e:  # NumPy's or SciPy's error, without fastmath's frames
+        _frames.trim(e)
+        raise
 
 
 # --- softmax, log_softmax ----------------------------------------------------------------
@@ -314,37 +351,41 @@ def _softmax_front(name):
     replay = _log_softmax if name == "log_softmax" else _softmax
 
     def front(x, axis=None):
-        if (type(x) is np.ndarray and x.size < cache._small and x.dtype in _FLOATS
-                and x.ndim and x.size and (axis is None or type(axis) in (int, tuple))
-                and _selection.current() == "auto"):
-            return replay(x, axis)
-        if type(x) not in _ARRAYS:
-            if _dask.is_dask_array(x):
-                return _dask.softmax(front, x, axis)
-            return ref(x, axis)
         try:
-            xa = np.asarray(x)
-        except Exception:
-            return ref(x, axis)
-        if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
-            cache._small = _selection.small_size(spec)
-        if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
-            return ref(x, axis)
-        chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
-        axes = _valid_axes(axis, xa.ndim)
-        if axes is None:
-            return ref(x, axis)
-        if not chain:  # below this dtype's first row
-            return replay(x, axis) if type(x) is np.ndarray else ref(x, axis)
-        out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
-        flags = _chain.first(chain, (xa, axes, out), name)
-        if flags == UNCHECKED:
-            if _fpe.watched() and (not np.isfinite(out).all()
-                                   or _subtract_overflows(xa, np.max(xa))):
-                return ref(x, axis)
-        elif _watched(flags):
-            return ref(x, axis)
-        return out
+                if (type(x) is np.ndarray and x.size < cache._small and x.dtype in _FLOATS
+                        and x.ndim and x.size and (axis is None or type(axis) in (int, tuple))
+                        and _selection.current() == "auto"):
+                    return replay(x, axis)
+                if type(x) not in _ARRAYS:
+                    if _dask.is_dask_array(x):
+                        return _dask.softmax(front, x, axis)
+                    return ref(x, axis)
+                try:
+                    xa = np.asarray(x)
+                except Exception:
+                    return ref(x, axis)
+                if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
+                    cache._small = _selection.small_size(spec)
+                if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
+                    return ref(x, axis)
+                chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
+                axes = _valid_axes(axis, xa.ndim)
+                if axes is None:
+                    return ref(x, axis)
+                if not chain:  # below this dtype's first row
+                    return replay(x, axis) if type(x) is np.ndarray else ref(x, axis)
+                out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
+                flags = _chain.first(chain, (xa, axes, out), name)
+                if flags == UNCHECKED:
+                    if _fpe.watched() and (not np.isfinite(out).all()
+                                           or _subtract_overflows(xa, xa)):
+                        return ref(x, axis)
+                elif _watched(flags):
+                    return ref(x, axis)
+                return out
+        except Exception as e:  # NumPy's or SciPy's error, without fastmath's frames
+            _frames.trim(e)
+            raise
 
     front.__name__ = front.__qualname__ = name
     front.__doc__ = (f"Same signature, dtypes and results as :func:`scipy.special.{name}` "

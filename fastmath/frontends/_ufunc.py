@@ -13,7 +13,7 @@ import functools
 from .._numpy import np
 
 from ..dispatch import _chain, _config, _fpe, _log, _selection
-from . import _pipeline
+from . import _frames, _pipeline
 
 try:  # the fast path in C (fastmath/frontends/_hot.c), part of the optional extension
     from ..integrations._loops import hot as _native_hot
@@ -107,8 +107,9 @@ class Ufunc(functools.partial):
         native = None
         if _native_hot is not None and cls._nin:
             # _hot.c's order: reference, small, ones, fallback, operands, ndarray, the
-            # backend context variable, the selection state, "auto"
-            native = [None, 0, {}, fast, cls._nin, _ndarray, _selection._scoped, _state, "auto"]
+            # backend context variable, the selection state, "auto", the trimmer
+            native = [None, 0, {}, fast, cls._nin, _ndarray, _selection._scoped, _state, "auto",
+                      _frames.trim_all]
             entry = _native_hot(native)
         self.__setstate__((entry, (), {}, None))  # (this empties the instance's __dict__)
         self._cells = dict(zip(fast.__code__.co_freevars, fast.__closure__))
@@ -147,7 +148,11 @@ class Ufunc(functools.partial):
                 scoped = _scoped_get()
                 if (_state.default if scoped is None else scoped) == "auto":
                     return ref(x)
-            return self._call((x,), args, kwargs)
+            try:
+                return self._call((x,), args, kwargs)
+            except Exception as e:  # NumPy's error, without the frames below this one
+                _frames.trim(e)
+                raise
         return fast
 
     # the fast path's own variables, held in its closure cells; ``ones``: the types of one

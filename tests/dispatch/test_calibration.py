@@ -38,7 +38,9 @@ def calibration_file(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
     def use(content):
-        if content is not None:
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif content is not None:
             path.write_text(content if isinstance(content, str) else json.dumps(content))
         monkeypatch.setenv("FASTMATH_CALIBRATION", str(path))
         _config.reload()
@@ -122,6 +124,14 @@ def _machine_with(**changes):
     return m
 
 
+def _with_cell(change):
+    """synthetic(), its exp float64 entry replaced by ``change(entry)``."""
+    data = synthetic()
+    cell = data["table"]["exp"]["float64"]
+    data["table"]["exp"]["float64"] = change(cell)
+    return data
+
+
 @pytest.mark.parametrize("content,words", [
     (None, "does not exist"),
     ("{ not json", "cannot be read"),
@@ -130,7 +140,28 @@ def _machine_with(**changes):
     (synthetic(machine=_machine_with(cpu="Some Other CPU")), "another machine"),
     (synthetic(machine=_machine_with(cores=1024)), "another machine"),
     (synthetic(machine=_machine_with(versions={"numpy": "0.1"})), "versions"),
-], ids=["missing", "corrupt", "malformed", "format", "other-cpu", "other-cores", "stale"])
+    # nested deeper than Python's recursion limit: json raises RecursionError
+    ("[" * 100_000 + "]" * 100_000, "nested deeper"),
+    ('{"format": 1, "table": ' + '{"a": ' * 100_000 + "1" + "}" * 100_001, "nested deeper"),
+    (b'{"format": 1, "\xff": 1}', "cannot be read"),  # not UTF-8
+    ("null", "cannot be read"),
+    (dict(synthetic(), machine=["a", "list"]), "another machine"),
+    (dict(synthetic(), machine="a string"), "another machine"),
+    (dict(synthetic(), table=["a", "list"]), "cannot be read"),
+    (_with_cell(lambda t: "a string"), "cannot be read"),
+    (_with_cell(lambda t: {"rows": [[10, "numpy"]]}), "cannot be read"),  # not its letters
+    (_with_cell(lambda t: {"rows": [["10", ["numpy"]]]}), "cannot be read"),
+    (_with_cell(lambda t: {"rows": [[True, ["numpy"]]]}), "cannot be read"),
+    (_with_cell(lambda t: {"rows": [[10.5, ["numpy"]]]}), "cannot be read"),
+    (_with_cell(lambda t: {"rows": [[10, ["numpy"], 1]]}), "cannot be read"),
+    (_with_cell(lambda t: {"rows": {"10": ["numpy"]}}), "cannot be read"),
+    (_with_cell(lambda t: dict(t, times=dict(t["times"], numpy=[[1], [2], [3], [4]]))),
+     "cannot be read"),
+    (_with_cell(lambda t: dict(t, sizes={"1": 1})), "cannot be read"),
+], ids=["missing", "corrupt", "malformed", "format", "other-cpu", "other-cores", "stale",
+        "deep-list", "deep-dict", "not-utf8", "null", "machine-list", "machine-str",
+        "table-list", "cell-str", "row-names-str", "row-size-str", "row-size-bool",
+        "row-size-float", "row-long", "rows-dict", "times-nested", "sizes-dict"])
 def test_unusable_file_falls_back_to_defaults_with_one_warning(calibration_file, content, words):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -145,6 +176,28 @@ def test_unusable_file_falls_back_to_defaults_with_one_warning(calibration_file,
     assert str(path) in str(mine[0].message) and words in str(mine[0].message)
     assert "fastmath calibrate" in str(mine[0].message)
     assert e.source == "defaults"
+
+
+def test_unreadable_file_falls_back_to_defaults_with_one_warning(calibration_file,
+                                                                monkeypatch):
+    # root reads a mode-000 file: refuse it at open() as the kernel would for anyone else
+    path = calibration_file(synthetic())
+    real_open = os.open
+
+    def refusing(p, *args, **kwargs):
+        if os.fspath(p) == str(path):
+            raise PermissionError(13, "Permission denied", str(p))
+        return real_open(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (10, 10**4, 10**6):
+            fastmath.exp(np.ones(n))
+            fastmath.logsumexp(np.ones(n))
+    mine = [str(w.message) for w in caught if issubclass(w.category, _config.ConfigWarning)]
+    assert len(mine) == 1 and "Permission denied" in mine[0], mine
+    assert fastmath.explain("exp", np.ones(10**6)).source == "defaults"
 
 
 def test_no_file_in_the_cache_dir_is_silent(tmp_path, monkeypatch):
@@ -218,3 +271,10 @@ def test_explain_agrees_with_the_plan_across_sizes():
                 assert e.size == n and e.dtype == dtype
     with fastmath.backend("numpy"):
         assert "not auto" in str(fastmath.explain("exp", np.ones(3)))
+
+
+def test_calibrate_starts_afresh_over_a_deeply_nested_file(tmp_path):
+    # what `fastmath calibrate` would write over: the nesting must not stop it
+    path = tmp_path / "calibration.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    assert _calibrate._others(path) == {"format": _calibration.FORMAT, "environments": {}}

@@ -140,3 +140,74 @@ def test_scalars_lists_and_what_scipy_handles(backend):
         with pytest.raises(type(expected.value)), fastmath.backend(backend):
             fastmath.logsumexp(a, **kw)
     assert fastmath.special.logsumexp is fastmath.logsumexp
+
+
+def fp_outcome(f, mode, *args, **kwargs):
+    """What ``f`` reports of an overflow under ``np.errstate(over=mode)``: its exception's
+    text, its warnings' texts and what the error callback was handed (for "call" and "log");
+    the other FP errors are silenced, as SciPy silences divide and invalid itself."""
+    calls = []
+
+    class Log:
+        def write(self, message):
+            calls.append(message)
+
+    old = np.seterrcall(Log() if mode == "log" else (lambda err, flag: calls.append(err)))
+    try:
+        with np.errstate(all="ignore", over=mode), \
+                warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            try:
+                f(*args, **kwargs)
+                raised = None
+            except FloatingPointError as e:
+                raised = str(e)
+    finally:
+        np.seterrcall(old)
+    return raised, [(x.category, str(x.message)) for x in w], calls
+
+
+def overflow_cases():
+    big = 1e308
+    for v in (np.nan, np.inf, -np.inf):
+        # a - max(a) overflows in one row; a NaN or infinity in another must not hide it
+        yield np.array([[big, -big], [v, 0.0]]), {}
+        yield np.array([[big, -big, 1.0], [v, 0.0, 2.0]]), {}
+    # weights: their sum at the maxima (m), the weighted sum (s), or s / m overflows
+    yield np.array([1.0, 0.9, 0.9]), dict(b=np.array([1.0, big, big]))
+    yield np.array([1.0, 1.0, 0.0]), dict(b=np.array([big, big, 1.0]))
+    yield np.array([1.0, 0.0]), dict(b=np.array([1e-300, 1e300]))
+    yield np.array([1.0, 0.0]), dict(b=np.array([-1e-300, 1e300]))
+    yield np.array([1.0, 0.0], np.float32), dict(b=np.array([1e-30, 1e30], np.float32))
+    yield np.array([[big, -big], [1.0, 0.0]]), dict(b=np.array([1.0, 0.0]))  # masked: silent
+
+
+def variants(a):
+    for axis in (None, 0, -1):
+        for keepdims in (False, True):
+            for return_sign in (False, True):
+                if a.size < 1000 or not (keepdims or return_sign):  # keep large ones few
+                    yield dict(axis=axis, keepdims=keepdims, return_sign=return_sign)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["warn", "raise", "call", "log"])
+def test_overflows_are_reported_as_scipy_reports_them(backend, mode):
+    g = np.zeros((2, 1 << 18))  # the large-array paths (blocks, groups of rows or columns)
+    g[0, 3], g[0, 7], g[1, 2] = 1e308, -1e308, np.nan
+    for a, kwargs in [*overflow_cases(), (g, {}), (np.ascontiguousarray(g.T), {})]:
+        for kw in variants(a):
+            kw.update(kwargs)
+            expected = fp_outcome(scipy.special.logsumexp, mode, a, **kw)
+            with fastmath.backend(backend):
+                got = fp_outcome(fastmath.logsumexp, mode, a, **kw)
+            assert got == expected, (a, kw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_empty_weights(backend):
+    # b broadcasts a to nothing: SciPy's empty sum, -inf
+    for a, b, axis in ((np.array([1.0]), np.array([]), None),
+                       (np.ones((3, 1)), np.ones((3, 0)), -1)):
+        with fastmath.backend(backend):
+            check(backend, a, b=b, axis=axis)

@@ -66,6 +66,8 @@ def call_reference(spec, *xs, where=True, **kwargs):
     ref = spec.reference()
     if where is True or not spec.ref.startswith("scipy"):
         return ref(*xs, where=where, **kwargs)
+    if len(xs) > ref.nin and type(xs[ref.nin]) is tuple:
+        return ref(*xs, **kwargs)  # a positional tuple: the ufunc's TypeError, mask or not
     out = xs[ref.nin] if len(xs) > ref.nin else kwargs.pop("out")
     out = out[0] if type(out) is tuple else out
     np.copyto(out, ref(*xs[:ref.nin], **kwargs), where=where)

@@ -1,5 +1,6 @@
 """NumPy's calling conventions on every backend: out=, where=, dtype=, casting, order,
 errors, and the floating-point error state (np.errstate) with NumPy's exact messages."""
+import os
 import warnings
 
 import numpy as np
@@ -213,3 +214,143 @@ def test_ufunc_attributes_are_the_references():
     import pickle
 
     assert pickle.loads(pickle.dumps(fastmath.exp)) is fastmath.exp
+
+
+def _where_outcome(f, xs, out, where):
+    """What ``f(*xs, [out], where=where, [out=out])`` says: its error's type, and its
+    warnings with the file they name. ``out``: "absent", ("pos", value) or a keyword
+    value."""
+    args, kwargs = xs, {"where": where}
+    if type(out) is tuple and out and isinstance(out[0], str):  # ("pos", value)
+        args = xs + (out[1],)
+    elif not isinstance(out, str):
+        kwargs["out"] = out
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            f(*args, **kwargs)
+            error = None
+        except Exception as e:
+            error = type(e)
+    return error, [(x.category, str(x.message), x.filename) for x in w]
+
+
+class _Override:
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [7, BIG])
+def test_where_without_out_warns_as_numpy_does(backend, n):
+    # NumPy warns for a mask without out= unless out= is given by keyword (out=None and
+    # out=(None,) say "meant"), a positional out is an array, or an __array_ufunc__
+    # override takes the call; where it warns, the warning names the caller's line
+    import scipy.special
+
+    x = np.linspace(0.1, 1.0, n)
+    mask = x > 0.5
+    outs = ["absent", None, (None,), [None], ("pos", None), ("pos", (None,)),
+            ("pos", np.empty(n)), (np.empty(n),)]
+    wheres = [mask, True, np.True_, False, mask.tolist(), _Override()]
+    refs = [np.exp, np.log1p, np.arctan2, np.power, scipy.special.erf, scipy.special.xlogy]
+    for ref in refs:
+        f = getattr(fastmath, ref.__name__)
+        for out in outs:
+            for where in wheres:
+                if isinstance(where, _Override) and ref.__name__ in ("erf", "xlogy"):
+                    # no mask reaches SciPy's ufuncs (scipy/scipy#25127), not even through
+                    # an override, which SciPy would call
+                    continue
+                xs = (x,) * ref.nin
+                expected = _where_outcome(ref, xs, out, where)
+                with fastmath.backend(backend):
+                    got = _where_outcome(f, xs, out, where)
+                assert got == expected, (ref.__name__, out, where)
+    assert _where_outcome(np.exp, (x,), "absent", mask)[1][0][2] == __file__
+
+
+def _frames_of(call):
+    """(exception type, message, [(file, function)] of its traceback, its chaining) of
+    ``call()``, which must raise."""
+    import traceback
+
+    with pytest.raises(Exception) as info:
+        call()
+    e = info.value
+    frames = [(f.filename, f.name) for f in traceback.extract_tb(e.__traceback__)]
+    return type(e), str(e), frames, (e.__cause__, e.__context__, e.__suppress_context__)
+
+
+ERRORS = {  # NumPy's errors, each raised by a different step of the front end
+    "out shape": lambda m, x: m.exp(x, out=np.zeros(3)),
+    "casting": lambda m, x: m.exp(x, out=np.zeros(x.shape, np.int32)),
+    "bad keyword": lambda m, x: m.exp(x, bogus=1),
+    "where shape": lambda m, x: m.log(x, out=np.zeros(x.shape), where=np.ones(3, bool)),
+    "broadcast": lambda m, x: m.arctan2(x, np.ones(3)),
+    "strings": lambda m, x: m.exp(np.array(["a"] * x.size)),
+    "errstate": lambda m, x: m.log(x * 0),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n", [7, BIG])
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_numpys_errors_come_without_fastmaths_frames(case, n, backend):
+    # NumPy's C functions add no frame: the traceback names this file's lines only. The
+    # compiled entry (_hot.c) gives the same; without it, its Python entry is one frame.
+    from fastmath.frontends import _ufunc
+
+    x = np.linspace(0.5, 1.0, n)
+    with np.errstate(divide="raise"):
+        want = _frames_of(lambda: ERRORS[case](np, x))
+        with fastmath.backend(backend):
+            got = _frames_of(lambda: ERRORS[case](fastmath, x))
+    assert got[:2] == want[:2] and got[3] == want[3]
+    entry = [] if _ufunc._native_hot is not None else [1]
+    assert len(got[2]) == len(want[2]) + len(entry), got[2]
+    assert all(f == __file__ for f, _ in got[2][:len(want[2])])
+
+
+def test_python_entries_keep_one_frame_and_the_references_own():
+    # an entry written in Python stays in the traceback (Python adds it as the error
+    # leaves); below it come SciPy's and NumPy's Python frames, as in their own traceback
+    import scipy.special
+
+    x = np.ones(5)
+    for ours, ref, call in [
+            (fastmath.logsumexp, scipy.special.logsumexp, lambda f: f(x, axis=3)),
+            (fastmath.softmax, scipy.special.softmax, lambda f: f(x, axis=3)),
+            (fastmath.vecdot, np.vecdot, lambda f: f(np.ones(3), np.ones(4))),
+            (fastmath.einsum, np.einsum, lambda f: f("ij,jk", np.ones((2, 3)), np.ones(2))),
+            (fastmath.sinc, np.sinc, lambda f: f(np.array(["a"])))]:
+        want = _frames_of(lambda: call(ref))
+        got = _frames_of(lambda: call(ours))
+        assert got[:2] == want[:2] and got[3] == want[3]
+        assert got[2][0] == want[2][0] and got[2][2:] == want[2][1:]
+        assert got[2][1][0].startswith(os.path.dirname(fastmath.__file__)), got[2]
+
+
+def test_a_fault_inside_fastmath_keeps_its_frames(monkeypatch):
+    # what NumPy never raises for an argument is fastmath's own fault: its frames say where
+    from fastmath.frontends import _pipeline
+
+    def broken(*args):
+        raise AttributeError("a fault inside fastmath")
+
+    monkeypatch.setattr(_pipeline, "_prepare", broken)
+    _, _, frames, _ = _frames_of(lambda: fastmath.exp(np.ones(BIG), out=np.empty(BIG)))
+    assert frames[-1][1] == "broken"
+    assert any(f == _pipeline.__file__ and name == "call" for f, name in frames)
+
+
+def test_fastmaths_debug_log_keeps_its_frames(monkeypatch):
+    # FASTMATH_LOG=debug is how to see where inside fastmath a NumPy error came from
+    from fastmath.dispatch import _log
+    from fastmath.frontends import _pipeline
+
+    monkeypatch.setattr(_log.state, "on", True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nothing here is about the log's own records
+        _, _, frames, _ = _frames_of(lambda: fastmath.exp(np.ones(BIG), out=np.zeros(3)))
+    assert (_pipeline.__file__, "call_reference") in frames
