@@ -327,8 +327,9 @@ def test_python_entries_keep_one_frame_and_the_references_own():
         want = _frames_of(lambda: call(ref))
         got = _frames_of(lambda: call(ours))
         assert got[:2] == want[:2] and got[3] == want[3]
-        assert got[2][0] == want[2][0] and got[2][2:] == want[2][1:]
-        assert got[2][1][0].startswith(os.path.dirname(fastmath.__file__)), got[2]
+        k = next((i for i, (f, _) in enumerate(want[2]) if f != __file__), len(want[2]))
+        assert got[2][:k] == want[2][:k] and got[2][k + 1:] == want[2][k:], got[2]
+        assert got[2][k][0].startswith(os.path.dirname(fastmath.__file__)), got[2]
 
 
 def test_a_fault_inside_fastmath_keeps_its_frames(monkeypatch):
