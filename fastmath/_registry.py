@@ -76,6 +76,9 @@ class Spec:
     cost: float = 1.0  # time per byte of input relative to numpy's exp, for chunking
     domain: tuple = ()  # one Domain per operand; empty: the kind's default (see operands)
     aliases: tuple = ()  # other public names of this function
+    # the reference's __name__ where it is not ``name``: fastmath's object carries it, as
+    # code names things after it (SciPy's test cases for digamma, whose ufunc is "psi")
+    named: str = ""
 
     @property
     def nin(self) -> int:
@@ -212,7 +215,8 @@ ROWS = (
     Spec("ndtri", "scipy.special:ndtri", "unary", {"mkl": "CdfNormInv"}, cost=8.0, domain=(PROB,)),
     Spec("log_ndtr", "scipy.special:log_ndtr", "unary", cost=8.0),
     Spec("gammaln", "scipy.special:gammaln", "unary", cost=8.0),
-    Spec("digamma", "scipy.special:digamma", "unary", cost=8.0, aliases=("psi",)),
+    Spec("digamma", "scipy.special:digamma", "unary", cost=8.0, aliases=("psi",),
+         named="psi"),
     Spec("entr", "scipy.special:entr", "unary", {"torch": "special.entr"}, ulp=(2, 2),
          cost=2.0, domain=(POSITIVE,)),
     Spec("xlogy", "scipy.special:xlogy", "binary", {"torch": "special.xlogy"}, ulp=(1, 1),

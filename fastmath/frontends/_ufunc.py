@@ -118,7 +118,7 @@ class Ufunc(functools.partial):
 
     def __init__(self, spec):
         self._spec = spec
-        self.__name__ = self.__qualname__ = spec.name
+        self.__name__ = self.__qualname__ = spec.named or spec.name  # the reference's
         # Below this size ``auto`` calls the reference at once. It comes from the cost
         # table, which is read at the first call, not at import: 0 until then, and 0
         # while debug logging is on, so that every call takes the logged path.
@@ -221,7 +221,7 @@ class Ufunc(functools.partial):
         return f"<fastmath ufunc {self.__name__!r} (accelerated {self._spec.ref.replace(':', '.')})>"
 
     def __reduce__(self):
-        return (_lookup, (self.__name__,))
+        return (_lookup, (self._spec.name,))
 
     def _call(self, xs, args, kwargs):
         if _current() == "auto":

@@ -165,8 +165,8 @@ def ufunc(f, xs, args, kwargs):
             return reference()  # NumPy's own casting error
     except Exception:
         return reference()
-    chunk = functools.partial(_blocks_chunk, f.__name__, _selection.current(), dict(kwargs))
-    name = f"fastmath-{f.__name__}-{tokenize(chunk, out_dt, *xs)}"
+    chunk = functools.partial(_blocks_chunk, f._spec.name, _selection.current(), dict(kwargs))
+    name = f"fastmath-{f._spec.name}-{tokenize(chunk, out_dt, *xs)}"
     return elemwise(chunk, *xs, dtype=out_dt, name=name)
 
 
