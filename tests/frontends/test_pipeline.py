@@ -303,7 +303,9 @@ def test_every_kind_logs_where_it_ran(spec, caplog):
         with fastmath.backend("numpy"):
             getattr(fastmath, spec.name)(*args, **kwargs)
         ran = [r for r in caplog.records if getattr(r, "ran_on", None) == "numpy"]
-        assert ran and ran[0].getMessage().startswith(f"{spec.name}(float64[")
+        # the function's own name, as the reference has it (SciPy's digamma is "psi")
+        name = getattr(fastmath, spec.name).__name__
+        assert ran and ran[0].getMessage().startswith(f"{name}(float64[")
     finally:
         caplog.set_level(logging.WARNING, logger="fastmath")
         _log.refresh()

@@ -314,8 +314,11 @@ def test_numpys_errors_come_without_fastmaths_frames(case, n, backend):
 
 def test_python_entries_keep_one_frame_and_the_references_own():
     # an entry written in Python stays in the traceback (Python adds it as the error
-    # leaves); below it come SciPy's and NumPy's Python frames, as in their own traceback
+    # leaves); below it come only NumPy's and SciPy's Python frames (which ones depends on
+    # the path the call took: SciPy's own function, or its formula run by fastmath)
     import scipy.special
+
+    home = os.path.dirname(fastmath.__file__)
 
     x = np.ones(5)
     for ours, ref, call in [
@@ -328,8 +331,11 @@ def test_python_entries_keep_one_frame_and_the_references_own():
         got = _frames_of(lambda: call(ours))
         assert got[:2] == want[:2] and got[3] == want[3]
         k = next((i for i, (f, _) in enumerate(want[2]) if f != __file__), len(want[2]))
-        assert got[2][:k] == want[2][:k] and got[2][k + 1:] == want[2][k:], got[2]
-        assert got[2][k][0].startswith(os.path.dirname(fastmath.__file__)), got[2]
+        assert got[2][:k] == want[2][:k], got[2]
+        assert got[2][k][0].startswith(home), got[2]
+        below = got[2][k + 1:]
+        assert not any(f.startswith(home) for f, _ in below), got[2]
+        assert below == want[2][k:] or below == want[2][-len(below):], (got[2], want[2])
 
 
 def test_a_fault_inside_fastmath_keeps_its_frames(monkeypatch):
