@@ -289,23 +289,31 @@ def _kernel(name, spec):
 _probed: dict = {}  # (backend, function, dtype) -> None, or why the kernel is not used
 
 
-def _sound(name, spec, dtype, kernel, explicit) -> bool:
-    """Whether ``kernel`` gives the reference's special values on ``dtype`` on this
-    machine (_verify.probe; the numpy backend runs the reference's own loops). A kernel
-    that does not is never used here: a chosen backend says so once, ``auto`` logs it."""
+def unsound(name, spec, dtype, kernel=None):
+    """None if backend ``name``'s kernel for ``spec`` gives the reference's special values
+    on ``dtype`` (a string) on this machine, else where it does not (_verify.probe, once per
+    backend, function and dtype; the numpy backend runs the reference's own loops).
+    ``kernel``: the backend's kernel for ``spec``, if the caller has it already."""
     if name == "numpy":
-        return True
+        return None
     key = (name, spec.name, dtype)
     if key not in _probed:
-        _probed[key] = _verify.probe(spec, kernel, dtype)
-    why = _probed[key]
+        kernel = _kernel(name, spec) if kernel is None else kernel
+        _probed[key] = None if kernel is None else _verify.probe(spec, kernel, dtype)
+    return _probed[key]
+
+
+def _sound(name, spec, dtype, kernel, explicit) -> bool:
+    """Whether ``kernel`` may run ``spec`` on ``dtype`` here (:func:`unsound`). A kernel
+    that may not is never used: a chosen backend says so once, ``auto`` logs it."""
+    why = unsound(name, spec, dtype, kernel)
     if why is None:
         return True
     message = (f"fastmath: backend {name!r} gives {why} for {spec.name} on {dtype} on this "
                "machine; NumPy/SciPy's result is used instead")
     _log.logger.info(message)
     if explicit:
-        _warn_once(("unsound", *key), message)
+        _warn_once(("unsound", name, spec.name, dtype), message)
     return False
 
 

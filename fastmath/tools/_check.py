@@ -4,12 +4,13 @@ Each registry row runs on each available backend (and ``auto``) over special val
 (zeros of both signs, subnormals, huge values, infinities, NaN; every pair of them for
 binary rows), a spread over the whole range and the row's own domain, in several dtypes
 (over each axis of a 2-D array for logsumexp and softmax), and is compared with the
-reference. Float rows also run on dispatch/_verify.py's special values (the overflow and
-underflow thresholds too) laid out short, long and unaligned, and ``auto`` at every size
-where the calibration table sends it to another backend, large sizes included, since
-vector kernels take other paths there: where both raise, the exception types must match; else bitwise for the
+reference: where both raise, the exception types must match; else bitwise for the
 numpy backend (it runs the reference's own loops), within the registry's ULP bound for
-the others. The log records of each call say which backend really ran it, so a backend
+the others. Float rows also run on dispatch/_verify.py's special values (the overflow and
+underflow thresholds too) laid out short, long and unaligned, each backend's own kernel is
+held to them as selection holds it, and ``auto`` runs at every size where the calibration
+table sends it to another backend, large sizes included, since vector kernels take other
+paths there. The log records of each call say which backend really ran it, so a backend
 that declined a dtype is reported as such rather than credited with NumPy's result.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from ..dispatch import _verify
+from ..dispatch import _selection
 from ..dispatch._verify import FAR, LAYOUTS, operands as special_operands, ulp_distance, worst
 
 DTYPES = ("float64", "float32", "float16", "int32", "complex128")
@@ -134,7 +135,9 @@ def _compare_elementwise(spec, backend, dtype):
         return far, limit, "" if not far else "integer results differ"
     far, where = worst(got, expected, xs)
     if expected.dtype in (np.float32, np.float64):
-        why = _kernel_probe(spec, backend, expected.dtype)
+        # what selection found wrong with the backend's own kernel (its probe, cached)
+        why = None if backend == "auto" else _selection.unsound(backend, spec,
+                                                                str(expected.dtype))
         if why is not None:  # selection keeps such a kernel away from calls: say so here
             return FAR, limit, f"its kernel gives {why}; NumPy/SciPy's result is used instead"
         for label, ins in _more_operands(spec, backend, expected.dtype):
@@ -144,16 +147,6 @@ def _compare_elementwise(spec, backend, dtype):
             if f > far:
                 far, where = f, f"{w}, {label}"
     return far, limit, where if far > limit else ""
-
-
-def _kernel_probe(spec, backend, dt):
-    """What dispatch/_verify.py finds wrong with ``backend``'s own kernel, or None."""
-    from .. import backends
-
-    if backend in ("numpy", "auto"):
-        return None
-    kernel = backends.get(backend).kernel(spec)
-    return None if kernel is None else _verify.probe(spec, kernel, dt)
 
 
 def _more_operands(spec, backend, dt):
