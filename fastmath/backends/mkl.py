@@ -57,6 +57,7 @@ FLOAT32_ONLY = ("Erfc", "CdfNorm", "ErfcInv")
 # VML's hypot is within 1 ULP of NumPy's but not equal to it, and NumPy's own tests hold
 # hypot.accumulate bitwise equal to hypot called element by element: hypot has no kernel.
 
+_MISSING = "MKL is not installed (pip install mkl)"
 _lib = None
 _why = None
 _set_local_threads = None
@@ -93,7 +94,7 @@ def load():
         return _lib
     path = library_path()
     if path is None:
-        _why = "MKL is not installed (pip install mkl)"
+        _why = _MISSING
         return None
     try:
         lib = ctypes.CDLL(path)
@@ -161,8 +162,9 @@ class MklBackend:
     def why_missing(self):
         """Without loading MKL: None if its library is installed (backends/__init__.py,
         rule 8)."""
-        return _why if _why is not None or library_path() is not None else \
-            "MKL is not installed (pip install mkl)"
+        if _why is not None or library_path() is not None:
+            return _why
+        return _MISSING
 
     def why_unavailable(self):
         load()

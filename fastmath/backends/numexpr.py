@@ -52,6 +52,9 @@ def _set_threads():
             _threads(_ne)
 
 
+_MISSING = "numexpr is not installed (pip install numexpr)"
+
+
 class NumexprBackend:
     name = "numexpr"
 
@@ -59,13 +62,13 @@ class NumexprBackend:
         """Without importing numexpr: None if it is installed (backends/__init__.py, rule 8)."""
         import importlib.util
 
-        return None if importlib.util.find_spec("numexpr") is not None else "numexpr is not installed (pip install numexpr)"
+        return None if importlib.util.find_spec("numexpr") is not None else _MISSING
 
     def why_unavailable(self):
         try:
             _import_numexpr()
         except ImportError:
-            return "numexpr is not installed (pip install numexpr)"
+            return _MISSING
         return None
 
     def kernel(self, spec):

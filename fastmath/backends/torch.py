@@ -108,6 +108,9 @@ def tensor(a):
     return _torch.from_numpy(a)
 
 
+_MISSING = "torch is not installed (pip install torch)"
+
+
 class TorchBackend:
     """``streamed``: send host arrays through the chunked pipeline (the default off the
     CPU; the tests also run it on the CPU, where it is the very same code)."""
@@ -121,13 +124,13 @@ class TorchBackend:
         """Without importing torch: None if it is installed (backends/__init__.py, rule 8)."""
         import importlib.util
 
-        return None if importlib.util.find_spec("torch") is not None else "torch is not installed (pip install torch)"
+        return None if importlib.util.find_spec("torch") is not None else _MISSING
 
     def why_unavailable(self):
         try:
             torch = _import_torch()
         except ImportError:
-            return "torch is not installed (pip install torch)"
+            return _MISSING
         if self.device == "cuda" and not torch.cuda.is_available():
             return "torch sees no CUDA device"
         return None
