@@ -38,8 +38,7 @@ def trim(exc, keep_first=True):
     """``exc``'s traceback without fastmath's frames (the first kept if ``keep_first``),
     also set as its ``__traceback__``; unchanged for what looks like a fault of fastmath's."""
     tb = exc.__traceback__
-    if tb is None or _log.state.on or (isinstance(exc, _FAULTS)
-                                        and not isinstance(exc, (ValueError, TypeError))):
+    if tb is None or _log.state.on or isinstance(exc, _FAULTS):
         return tb
     kept = [tb] if keep_first else []
     t = tb.tb_next if keep_first else tb

@@ -352,37 +352,37 @@ def _softmax_front(name):
 
     def front(x, axis=None):
         try:
-                if (type(x) is np.ndarray and x.size < cache._small and x.dtype in _FLOATS
-                        and x.ndim and x.size and (axis is None or type(axis) in (int, tuple))
-                        and _selection.current() == "auto"):
-                    return replay(x, axis)
-                if type(x) not in _ARRAYS:
-                    if _dask.is_dask_array(x):
-                        return _dask.softmax(front, x, axis)
+            if (type(x) is np.ndarray and x.size < cache._small and x.dtype in _FLOATS
+                    and x.ndim and x.size and (axis is None or type(axis) in (int, tuple))
+                    and _selection.current() == "auto"):
+                return replay(x, axis)
+            if type(x) not in _ARRAYS:
+                if _dask.is_dask_array(x):
+                    return _dask.softmax(front, x, axis)
+                return ref(x, axis)
+            try:
+                xa = np.asarray(x)
+            except Exception:
+                return ref(x, axis)
+            if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
+                cache._small = _selection.small_size(spec)
+            if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
+                return ref(x, axis)
+            chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
+            axes = _valid_axes(axis, xa.ndim)
+            if axes is None:
+                return ref(x, axis)
+            if not chain:  # below this dtype's first row
+                return replay(x, axis) if type(x) is np.ndarray else ref(x, axis)
+            out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
+            flags = _chain.first(chain, (xa, axes, out), name)
+            if flags == UNCHECKED:
+                if _fpe.watched() and (not np.isfinite(out).all()
+                                       or _subtract_overflows(xa, xa)):
                     return ref(x, axis)
-                try:
-                    xa = np.asarray(x)
-                except Exception:
-                    return ref(x, axis)
-                if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
-                    cache._small = _selection.small_size(spec)
-                if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
-                    return ref(x, axis)
-                chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
-                axes = _valid_axes(axis, xa.ndim)
-                if axes is None:
-                    return ref(x, axis)
-                if not chain:  # below this dtype's first row
-                    return replay(x, axis) if type(x) is np.ndarray else ref(x, axis)
-                out = _pipeline.allocate([xa], xa.shape, xa.dtype, "K")
-                flags = _chain.first(chain, (xa, axes, out), name)
-                if flags == UNCHECKED:
-                    if _fpe.watched() and (not np.isfinite(out).all()
-                                           or _subtract_overflows(xa, xa)):
-                        return ref(x, axis)
-                elif _watched(flags):
-                    return ref(x, axis)
-                return out
+            elif _watched(flags):
+                return ref(x, axis)
+            return out
         except Exception as e:  # NumPy's or SciPy's error, without fastmath's frames
             _frames.trim(e)
             raise
