@@ -106,3 +106,10 @@ class FakeClock:
 
     def advance(self, seconds):
         self.now += seconds
+
+
+# The first line of a child script that tests Ctrl-C: SIGINT raises KeyboardInterrupt there,
+# as in a program started from a terminal, even where this test run itself was started with
+# SIGINT ignored (a background job of a non-interactive shell is): the child inherits
+# SIG_IGN, Python then installs no handler of its own, and the interrupt never arrives.
+CTRL_C_RAISES = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"

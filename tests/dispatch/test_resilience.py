@@ -15,7 +15,7 @@ import pytest
 
 import fastmath
 
-from helpers import BACKENDS
+from helpers import BACKENDS, CTRL_C_RAISES
 
 # each case runs in a fresh interpreter (seconds apiece): in the full run, not the quick one
 pytestmark = pytest.mark.slow
@@ -283,7 +283,7 @@ def test_an_interrupt_writing_the_callers_out_lets_every_chunk_finish():
 
 
 def test_ctrl_c_leaves_out_whole_and_nothing_writes_after():
-    out = _script("""
+    out = _script(CTRL_C_RAISES + textwrap.dedent("""
     import _thread, threading, time, numpy as np, fastmath
     from fastmath.dispatch import _parallel
     n = 20_000_000
@@ -318,7 +318,7 @@ def test_ctrl_c_leaves_out_whole_and_nothing_writes_after():
             after = np.array_equal(o, before)
             ok = np.array_equal(fastmath.exp(x[:999_999]), np.exp(x[:999_999]))
             print(whole, after, ok)  # the pool takes the next call (a hang: _script's timeout)
-    """)
+    """))
     assert out.split() == ["True", "True", "True"]
 
 

@@ -17,7 +17,7 @@ import fastmath
 from fastmath.integrations import _blockwise
 from fastmath.dispatch import _config, _parallel
 
-from helpers import assert_same
+from helpers import CTRL_C_RAISES, assert_same
 
 N = 400_000  # several blocks of _blockwise.BLOCK, above MIN_SIZE
 rng = np.random.default_rng(7)
@@ -363,6 +363,7 @@ def test_ctrl_c_during_a_blocked_call_stops_it(tmp_path):
 
     script = tmp_path / "interrupted.py"
     script.write_text(
+        CTRL_C_RAISES +
         "import numpy as np, fastmath, sys\n"
         "f = fastmath.accelerate(elementwise=True)(lambda x: np.sin(np.exp(-x * x)) + 1)\n"
         "x = np.linspace(-3, 3, 4_000_000)\n"
