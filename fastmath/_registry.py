@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import numpy as np
+from ._numpy import np
 
 
 class Domain(NamedTuple):

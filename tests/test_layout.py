@@ -95,3 +95,26 @@ def test_the_checks_see_imports():
     torch = _imports(MODULES["fastmath.backends.torch"], module_level_only=False)
     assert "fastmath.dispatch._parallel" in torch and "fastmath._numpy" in torch
     assert "fastmath.frontends._pipeline" in _imports(MODULES["fastmath.frontends._ufunc"], True)
+
+
+# the modules that need the numpy module itself: the public namespace copies it, the patch
+# and accelerate swap its attributes, the loop mode registers loops on its ufuncs
+REAL_NUMPY = {"fastmath", "fastmath._numpy", "fastmath.integrations._patch",
+              "fastmath.integrations._accelerate", "fastmath.integrations._loopmode",
+              "fastmath.tools.cli"}
+
+
+def _numpy_imports(path):
+    tree = ast.parse(path.read_text())
+    return [node.lineno for node in ast.walk(tree)
+            if (isinstance(node, ast.Import) and any(a.name == "numpy" for a in node.names))
+            or (isinstance(node, ast.ImportFrom) and node.module == "numpy")]
+
+
+def test_fastmath_computes_with_numpys_originals():
+    """Everything else imports ``np`` from fastmath._numpy, so that while the patch has
+    numpy.log pointing at fastmath's, fastmath's own code still runs NumPy's (a
+    special-values check calling the function it is checking recursed without end)."""
+    wrong = {m: lines for m, p in MODULES.items() if m not in REAL_NUMPY
+             for lines in [_numpy_imports(p)] if lines}
+    assert not wrong, f"modules importing numpy itself (lines): {wrong}"

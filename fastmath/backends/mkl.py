@@ -26,7 +26,7 @@ import ctypes.util
 import os
 import sys
 
-import numpy as np
+from .._numpy import np
 
 from ..dispatch import _parallel
 from . import UNCHECKED

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
+from .._numpy import np
 
 from ..dispatch import _config
 from . import UNCHECKED, _load_once

@@ -13,6 +13,7 @@ import functools
 import inspect
 import warnings
 
+from .._numpy import np
 from . import _calibration, _config, _fpe, _log, _parallel, _verify
 from .. import backends
 from ._config import BACKEND_NAMES, canonical
@@ -335,8 +336,6 @@ def _auto_chain(chain, spec, dtype):
 
 def _same_bits(first, then, spec, dtype) -> bool:
     """Whether two kernels give bitwise the same results on the row's sample domain."""
-    import numpy as np
-
     try:
         with np.errstate(all="ignore"):
             ins = spec.sample(4096, dtype, np.random.default_rng(0))

@@ -11,7 +11,7 @@ within the row's ULP bound; a kernel that disagrees is never used on this machin
 """
 from __future__ import annotations
 
-import numpy as np
+from .._numpy import np
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # A long layout: past the widest SIMD main loop and its unrolling, so the vector path runs

@@ -19,7 +19,7 @@ import json
 import os
 import time
 
-import numpy as np
+from .._numpy import np
 
 from . import _args, _peers
 

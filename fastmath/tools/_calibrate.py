@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+from .._numpy import np
 
 from . import _args, _bench
 from ..dispatch import _calibration

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import warnings
 
-import numpy as np
+from .._numpy import np
 
 from ..dispatch import _selection
 from ..dispatch._verify import FAR, LAYOUTS, operands as special_operands, ulp_distance, worst

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
+from .._numpy import np
 
 from ..dispatch import _calibration, _selection
 from .. import _registry

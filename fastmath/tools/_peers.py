@@ -21,7 +21,7 @@ import math
 import os
 import time
 
-import numpy as np
+from .._numpy import np
 
 from . import _args
 

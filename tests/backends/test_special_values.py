@@ -240,3 +240,25 @@ def test_check_sees_what_auto_runs_at_large_sizes(monkeypatch):
         fastmath.dispatch._config.reload()
     assert wrong and not r["ok"]
     assert r["detail"].startswith("nan where NumPy/SciPy gives inf (at x=inf), 1000001 elements")
+
+
+@pytest.mark.parametrize("backend", [b for b in ("torch-cpu", "numexpr", "mkl")
+                                     if backends.get(b).why_unavailable() is None])
+def test_the_first_check_runs_under_the_patch(backend):
+    """The special values a kernel is checked on are computed with NumPy's log, log2,
+    arcsinh and sqrt; while the patch has numpy.log pointing at fastmath's, the check of
+    log's kernel once called fastmath.log, which checked its kernel again: RecursionError
+    (seen as threads of a storm test dying under load). A fresh process, so nothing is
+    checked yet."""
+    code = textwrap.dedent(f"""
+        import numpy as np, fastmath
+        x = np.linspace(0.5, 3, 5000)
+        with fastmath.patch(), fastmath.backend({backend!r}):
+            got = [np.log(x), np.exp(x), np.sqrt(x)]
+        print(max(float(abs(g / w - 1).max()) for g, w in
+                  zip(got, [np.log(x), np.exp(x), np.sqrt(x)])))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert float(r.stdout) < 1e-14  # a few ULP at most: the rows' bounds
