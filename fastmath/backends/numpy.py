@@ -36,7 +36,7 @@ class NumpyBackend:
             return _Elementwise(spec.reference(), PARALLEL_MIN_BYTES / spec.cost)
         if spec.kind in ("unary", "binary"):
             return _Unary(spec.reference(), PARALLEL_MIN_BYTES / spec.cost,
-                          maskable=spec.ref.startswith("numpy:"))
+                          maskable=spec.ref.startswith("numpy:"), cost=spec.cost)
         if spec.kind == "logsumexp":
             return lse_partial
         if spec.kind == "softmax":
@@ -50,27 +50,35 @@ class _Unary:
     hands over negative strides unflipped (``any_strides``) and a ``where=`` mask whole
     (``masked``) rather than gathering the selected elements into a contiguous run.
 
-    A large contiguous call of one of NumPy's own one-argument ufuncs runs on the compiled
-    pool of ``fastmath.integrations._loops`` (NumPy's very loop on each chunk, the GIL
-    released throughout): the Python pool's threads take the GIL around every chunk, and
-    each handoff of it between cores that have gone idle waits for one to wake (0.1-0.2 ms
-    on a VM), which can cost more than the split saves."""
+    A contiguous call of one of NumPy's own one-argument ufuncs from ``RUNTIME_MIN_BYTES``
+    (over the row's cost) runs on fastmath's native runtime (fastmath/dispatch/_runtime.c):
+    NumPy's very loop, looked up once per dtype (``numpy.ufunc._get_strided_loop``), over
+    pieces that the caller and the pool's threads claim, no Python per piece, the GIL
+    released throughout; the runtime's pacing runs it whole where a split loses now.
+    Everything else large splits on the Python pool, one NumPy call per chunk."""
 
-    __slots__ = ("ufunc", "min_bytes", "maskable", "_native")
+    __slots__ = ("ufunc", "min_bytes", "maskable", "_native", "_pace", "_min_split")
     any_strides = True
 
-    def __init__(self, ufunc, min_bytes, maskable=False):
+    def __init__(self, ufunc, min_bytes, maskable=False, cost=1.0):
         self.ufunc = ufunc
         self.min_bytes = min_bytes
         self.maskable = maskable
         # NumPy's own ufuncs only (``maskable`` says so): SciPy's loops may report their
-        # errors through Python, which the compiled pool's threads (no GIL) cannot do.
-        # Looked up on the first large call.
-        self._native = None if maskable else ()
+        # errors through Python, which the runtime's threads (no GIL) cannot do. Looked up
+        # on the first call that could use them.
+        self._native = None if maskable and _runtime is not None else ()
+        self._pace = -1
+        self._min_split = RUNTIME_MIN_BYTES / cost
 
     def __call__(self, *ins):
         out = ins[-1]
-        if out.size * out.itemsize < self.min_bytes:
+        nbytes = out.size * out.itemsize
+        if len(ins) == 2 and nbytes >= self._min_split and self._native != ():
+            flags = self._compiled(ins[0], out)
+            if flags is not None:
+                return flags
+        if nbytes < self.min_bytes:
             self.ufunc(*ins[:-1], out=out)
             return HANDLED
         return self._split(ins[:-1], out, None)
@@ -97,10 +105,6 @@ class _Unary:
         if parts < 2:  # one piece after all (one core, or a contended one): the flags are
             # reported as a split call's are, from the caller's line
             return recorded(ufunc, *ins, out=out, **kw)
-        if mask is None and len(ins) == 1:
-            flags = self._compiled(ins[0], out, parts)
-            if flags is not None:
-                return flags
         # chunks follow the output's layout; inputs and the mask may be broadcast views
         extra = () if mask is None else (mask,)
         views = _parallel.chunk_views((out,) + tuple(
@@ -116,63 +120,41 @@ class _Unary:
             flags |= f
         return flags
 
-
-    def _compiled(self, x, out, parts):
-        """The call on the compiled pool, its FP flags; None where that cannot take it."""
+    def _compiled(self, x, out):
+        """The call on the native runtime, its FP flags; None where that cannot take it
+        (another layout, a dtype NumPy's call would cast, an out= overlapping x other than
+        exactly)."""
         native = self._native
         if native is None:
-            native = self._native = _compiled_loops(self.ufunc)
-        if (not native or x.shape != out.shape or not x.flags.c_contiguous
-                or not out.flags.c_contiguous
-                or (x.ctypes.data != out.ctypes.data and np.may_share_memory(x, out))):
+            native = self._native = native_loops(self.ufunc)
+            if not native:
+                return None
+            self._pace = _runtime.new_pace()
+        if x.shape != out.shape:
             return None
-        pace = _parallel.sized_contention(out.nbytes)
-        if not pace.split_now():  # in one piece, timed: what one thread takes at this size
-            start = _parallel.clock()
-            flags = recorded(self.ufunc, x, out=out)
-            pace.ran_whole(_parallel.clock() - start, x.size)
-            return flags
-        xs, outs = x.reshape(-1), out.reshape(-1)
-        chunks = _parallel.bounds(xs.size, parts * _parallel.OVERSPLIT)
-        ins = [xs[i:j] for i, j in chunks]
-        outs = [outs[i:j] for i, j in chunks]
-        start = _parallel.clock()
-        flags, left, _, _ = _loops.foreach(native, ins, outs, [None] * len(ins),
-                                           xs.size + 1, 0, 1 << 15, parts)
-        if len(left) == len(ins):  # none taken (a dtype NumPy's call would cast)
-            return None
-        wall = _parallel.clock() - start
-        # against the caller's CPU time for its chunks scaled to all, and calls run whole
-        pace.record_split(wall, _loops.last_cpu(), xs.size)
-        bits = 0
-        for f in flags or ():
-            bits |= f or 0
-        for i in left:  # not taken after all: NumPy's own call
-            bits |= recorded(self.ufunc, ins[i], out=outs[i])
-        return bits
+        return _runtime.unary(native, x, out, self._pace, 0, 0, _parallel.threads())
 
 
-_loops = None
+try:
+    from ..dispatch import _runtime
+except ImportError:  # built without a C compiler: the Python pool splits
+    _runtime = None
 
+# From this much output (over the row's cost) a contiguous call of NumPy's own loop may
+# split on the native runtime, whose pacing then decides: a split with the pool's
+# threads spinning costs a few microseconds.
+RUNTIME_MIN_BYTES = 1 << 15
 
-def _compiled_loops(ufunc):
-    global _loops
-    try:
-        from ..integrations import _loops
-    except ImportError:  # built without a C compiler: the Python pool splits
-        return ()
-    return native_loops(ufunc, _loops)
-
-
-# The dtypes whose NumPy loop the compiled pool may run (each one the ufunc takes as is).
+# The dtypes whose NumPy loop the native runtime may run (each one the ufunc takes as is).
 _NATIVE_TYPES = "efdgFDG"
 
 
-def native_loops(ufunc, loops_module):
-    """``(dtype, result dtype, call info)`` for each dtype whose NumPy loop
-    ``loops_module.foreach`` (fastmath.integrations._loops) runs for ``ufunc``: NumPy's
-    own one-argument ufuncs only, on dtypes the ufunc takes without a cast; () if none."""
-    if not isinstance(ufunc, np.ufunc) or (ufunc.nin, ufunc.nout) != (1, 1):
+def native_loops(ufunc):
+    """``(dtype, result dtype, call info)`` for each dtype whose NumPy loop the native
+    runtime (``_runtime.unary``) and fastmath.foreach (``_loops.foreach``) run for
+    ``ufunc``: NumPy's own one-argument ufuncs only, on dtypes the ufunc takes without a
+    cast; () if none, or if the runtime was not built."""
+    if _runtime is None or not isinstance(ufunc, np.ufunc) or (ufunc.nin, ufunc.nout) != (1, 1):
         return ()
     loops = []
     for code in _NATIVE_TYPES:
@@ -185,15 +167,18 @@ def native_loops(ufunc, loops_module):
         except Exception:  # noqa: BLE001 - no loop for this dtype, or another NumPy's API
             continue
         loops.append((dts[0], dts[1], info))
+    loops = tuple(loops)
     try:  # one element through the compiled path: another NumPy's call info fails here
-        probe = [np.ones(1, dt) for dt, _, _ in loops]
-        got = [None] * len(probe)
-        loops_module.foreach(tuple(loops), probe, None, got, 2, 2, 1, 1)
+        pace = _runtime.new_pace()
+        ok = True
         with np.errstate(all="ignore"):
-            ok = all(np.array_equal(g, ufunc(p), equal_nan=True) for g, p in zip(got, probe))
+            for dt, res, _ in loops:
+                x, got = np.ones(1, dt), np.empty(1, res)
+                ok &= (_runtime.unary(loops, x, got, pace, 0, 0, 1) is not None
+                       and np.array_equal(got, ufunc(x), equal_nan=True))
     except Exception:  # noqa: BLE001 - then the Python path it is
         ok = False
-    return tuple(loops) if ok else ()
+    return loops if ok else ()
 
 
 class _Elementwise(_Unary):

@@ -44,6 +44,7 @@ _slots: list = []  # (ufunc, types, slot) installed
 _known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
 _why_not: str | None = None
 try:
+    from ..dispatch import _runtime
     from . import _loops
 except ImportError as e:  # built without a C compiler, or for another NumPy
     _loops = None
@@ -122,7 +123,7 @@ def _sizes(cost, may_split):
 def _install(threads) -> None:
     from ..dispatch import _alloc, _config
 
-    _loops.set_threads(threads or _config.get().num_threads)
+    _runtime.set_threads(threads or _config.get().num_threads)
     # NumPy allocates the outputs the loops fill: without this, every large output is a fresh
     # mmap whose page faults cost more than the split saves (np.exp of 10^7 float64 here:
     # 17 ms plain, 16 ms split into fresh pages, 5 ms split into recycled ones)
@@ -200,4 +201,4 @@ def pacing(on: bool) -> bool:
     whatever it costs (tests that must see the split path); returns the previous setting."""
     if _loops is None:
         raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
-    return _loops.set_pacing(on)
+    return _runtime.set_pacing(on)

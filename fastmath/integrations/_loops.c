@@ -4,7 +4,8 @@
  * looks it up on every call, whoever calls (an operator, a library's bound name, pandas'
  * __array_ufunc__). replace() stores, in that slot, a trampoline of ours that knows the
  * original loop. A short run goes straight to the original (one extra call); a long run
- * is cut into pieces that the calling thread and the pool's threads run, each piece by
+ * is cut into pieces that the calling thread and the threads of fastmath's one pool
+ * (fastmath/dispatch/_runtime.c, which also decides when a split wins) run, each piece by
  * the original loop, so every element is computed by NumPy's own code: the results are
  * NumPy's bit for bit.
  *
@@ -35,30 +36,16 @@
 #include <numpy/ufuncobject.h>
 
 #include <fenv.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
+
+#include "../dispatch/_runtime.h"
 
 #define NSLOTS 1024
-#define BUCKETS 40
-#define MOST_PAUSE 256 /* runs kept whole after a lost split, at most (as _parallel's) */
-#define MAXARGS 4
-#define MAXTHREADS 256
-#define FLAGS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID | FE_INEXACT)
+#define MAXARGS FM_MAXARGS
 
-#define SAMPLE 64 /* one run in SAMPLE runs whole, timed, while splits win (see split()) */
-#define KEEP 3     /* whole runs remembered */
-
-/* One back-off record: `left` runs still to keep whole, the next pause `skip`; `since`
- * runs since one ran whole, and the time per element of the last KEEP that did
- * (picoseconds; 0: none yet), `kept` of them in all. */
-typedef struct {
-    atomic_int left, skip, since, kept;
-    atomic_uint whole[KEEP];
-} Pace;
+static const fm_api *rt; /* the runtime's pool and pacing */
 
 typedef struct {
     PyUFuncGenericFunction original; /* set once, never cleared */
@@ -68,7 +55,7 @@ typedef struct {
     atomic_long min_split;           /* elements from which a run is split */
     atomic_long piece;               /* elements per piece */
     atomic_ulong calls, split_calls, paced_calls;
-    Pace pace[BUCKETS]; /* the back-off of its splits, by run length: see split() */
+    fm_pace pace[FM_BUCKETS]; /* the back-off of its splits, by run length (fm_split) */
 } Slot;
 
 /* All a short run reads, in one 16-byte cell apart from the Slot: the short path touches
@@ -85,361 +72,32 @@ static Hot hot[NSLOTS];
 static int nslots = 0;
 static atomic_int enabled = 1;
 static atomic_int counting = 0; /* count calls: every run then takes long_run */
-static atomic_int pacing = 1;   /* splits back off while they lose (see split()) */
 
-/* ---- the pool ---------------------------------------------------------------- */
-
-typedef struct {
-    PyUFuncGenericFunction loop;
-    void *data;
-    char *args[MAXARGS];
-    npy_intp steps[MAXARGS];
-    int nargs;
-    npy_intp n, piece;
-    atomic_long next;   /* next piece's first element */
-    atomic_int flags;   /* FP flags raised in workers */
-    int active;         /* workers on this job now (under lock) */
-    int timed;          /* time the caller's pieces: caller_ns, caller_n (see alone_ns) */
-    long long caller_ns;
-    npy_intp caller_n;
-    fenv_t env;
-} Job;
-
-static long long real_wall_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-static long long real_cpu_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-/* The clocks the back-off reads: the real ones, or, for tests (_set_clock), Python callables
- * that return seconds, so that a test says what a split or a whole run took instead of
- * depending on how busy the machine is. Only the calling thread of a split reads them. */
-static PyObject *fake_clocks[2]; /* wall, the caller's CPU time; set and read under the GIL */
-
-static long long fake_ns(int which)
-{
-    PyGILState_STATE gil = PyGILState_Ensure(); /* a ufunc loop runs without it */
-    long long ns = 0;
-    PyObject *fn = fake_clocks[which];
-    if (fn == NULL) { /* put back meanwhile */
-        ns = which ? real_cpu_ns() : real_wall_ns();
-    }
-    else {
-        Py_INCREF(fn);
-        PyObject *r = PyObject_CallNoArgs(fn);
-        double s = r ? PyFloat_AsDouble(r) : -1.0;
-        Py_XDECREF(r);
-        if (PyErr_Occurred()) {
-            PyErr_WriteUnraisable(fn);
-        }
-        else {
-            ns = (long long)(s * 1e9);
-        }
-        Py_DECREF(fn);
-    }
-    PyGILState_Release(gil);
-    return ns;
-}
-
-static long long fake_wall_ns(void) { return fake_ns(0); }
-static long long fake_cpu_ns(void) { return fake_ns(1); }
-
-static long long (*_Atomic wall_ns)(void) = real_wall_ns;
-static long long (*_Atomic thread_cpu_ns)(void) = real_cpu_ns;
-
-/* What the job would have taken in one thread: the caller's CPU time for its own pieces,
- * scaled to all of them (a helper's CPU time is no guide: one that woke late, on a cold
- * core, or shared its core with another thread spends more on the same piece). */
-static long long alone_ns(const Job *job)
-{
-    return job->caller_n > 0 ? (long long)((double)job->caller_ns * job->n / job->caller_n)
-                             : -1;
-}
-
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t done = PTHREAD_COND_INITIALIZER;
-static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER; /* held by the job's caller */
-static Job *current = NULL;
-static unsigned long generation = 0;
-static int nworkers = 0;       /* threads started */
-static atomic_int nthreads = 0; /* threads per job, the caller included; 0: not set yet */
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static _Thread_local long long last_cpu_ns = -1; /* see py_last_cpu */
 
-static npy_intp run_pieces(Job *job)
-{
-    npy_intp ran = 0;
-    for (;;) {
-        npy_intp start = atomic_fetch_add_explicit(&job->next, job->piece, memory_order_relaxed);
-        if (start >= job->n) {
-            return ran;
-        }
-        npy_intp count = job->n - start < job->piece ? job->n - start : job->piece;
-        ran += count;
-        char *args[MAXARGS];
-        for (int k = 0; k < job->nargs; k++) {
-            args[k] = job->args[k] + start * job->steps[k];
-        }
-        job->loop(args, &count, job->steps, job->data);
-    }
-}
-
-static void *worker(void *unused)
-{
-    (void)unused;
-    unsigned long seen = 0;
-    pthread_mutex_lock(&lock);
-    for (;;) {
-        while (current == NULL || generation == seen) {
-            pthread_cond_wait(&wake, &lock);
-        }
-        seen = generation;
-        Job *job = current;
-        job->active++;
-        pthread_mutex_unlock(&lock);
-
-        fesetenv(&job->env);
-        feclearexcept(FLAGS);
-        run_pieces(job);
-        int raised = fetestexcept(FLAGS);
-        if (raised) {
-            atomic_fetch_or(&job->flags, raised);
-        }
-        pthread_mutex_lock(&lock);
-        if (--job->active == 0) {
-            pthread_cond_signal(&done);
-        }
-    }
-    return NULL;
-}
-
-static void after_fork_in_child(void)
-{
-    /* the pool's threads did not come along; the next split starts new ones */
-    pthread_mutex_init(&lock, NULL);
-    pthread_mutex_init(&busy, NULL);
-    pthread_cond_init(&wake, NULL);
-    pthread_cond_init(&done, NULL);
-    current = NULL;
-    nworkers = 0;
-}
-
-static void register_atfork(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
-
-static int default_threads(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-        return CPU_COUNT(&set);
-    }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
-/* workers wanted: start any missing (under lock); returns how many are running */
-static int ensure_workers(int wanted)
-{
-    pthread_once(&atfork_once, register_atfork);
-    while (nworkers < wanted) {
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&t, &attr, worker, NULL);
-        pthread_attr_destroy(&attr);
-        if (rc != 0) {
-            break;
-        }
-        nworkers++;
-    }
-    return nworkers < wanted ? nworkers : wanted;
-}
-
-/* Wake up to threads - 1 of the pool's threads on ``job``, which they start on at once;
- * the caller holds ``busy`` and ends with finish_job. 0 when no worker could be started
- * (nothing has run then). */
-static int start_job(Job *job, int threads)
-{
-    atomic_init(&job->next, 0);
-    atomic_init(&job->flags, 0);
-    fegetenv(&job->env);
-
-    pthread_mutex_lock(&lock);
-    int helpers = ensure_workers(threads - 1);
-    if (helpers == 0) {
-        pthread_mutex_unlock(&lock);
-        return 0;
-    }
-    job->active = 0;
-    current = job;
-    generation++;
-    pthread_cond_broadcast(&wake);
-    pthread_mutex_unlock(&lock);
-    return 1;
-}
-
-/* The caller's share of a started job, then the wait for the workers that joined. */
-static void finish_job(Job *job)
-{
-    if (job->timed) {
-        long long start = thread_cpu_ns();
-        job->caller_n = run_pieces(job);
-        job->caller_ns = thread_cpu_ns() - start;
-    }
-    else {
-        run_pieces(job);
-    }
-
-    /* Every piece is taken. Workers that joined finish theirs; one not yet woken (its core
-     * busy elsewhere) finds no job and is not waited for. */
-    pthread_mutex_lock(&lock);
-    current = NULL;
-    while (job->active > 0) {
-        pthread_cond_wait(&done, &lock);
-    }
-    pthread_mutex_unlock(&lock);
-}
-
-/* Run ``job`` on the caller's thread and up to threads - 1 of the pool's; the caller holds
- * ``busy``. 0 when no worker could be started (nothing has run then). */
-static int run_job(Job *job, int threads)
-{
-    if (!start_job(job, threads)) {
-        return 0;
-    }
-    finish_job(job);
-    return 1;
-}
-
-/* The back-off record of the slot's runs of about n elements (one per power of two). */
-static Pace *pace_of(Slot *s, npy_intp n)
-{
-    int b = 63 - __builtin_clzll((unsigned long long)n);
-    return &s->pace[b < BUCKETS ? b : BUCKETS - 1];
-}
-
-/* The run in one piece, as NumPy would, timed: what one thread takes per element at this
- * loop and length lately (a pause's runs and one in SAMPLE). */
-static void run_whole(Slot *s, Pace *pace, char **args, npy_intp n, const npy_intp *steps,
-                      void *data)
-{
-    long long t0 = wall_ns();
-    s->original(args, &n, steps, data);
-    double ps = (wall_ns() - t0) * 1e3 / (double)n;
-    unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)ps;
-    int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
-    atomic_store_explicit(&pace->whole[k % KEEP], v, memory_order_relaxed);
-    atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
-}
-
-/* The median of the whole runs remembered, picoseconds per element; 0 if none yet. */
-static unsigned one_thread_ps(Pace *pace)
-{
-    unsigned v[KEEP];
-    int m = 0;
-    for (int k = 0; k < KEEP; k++) {
-        unsigned x = atomic_load_explicit(&pace->whole[k], memory_order_relaxed);
-        if (x > 0) {
-            int j = m++;
-            for (; j > 0 && v[j - 1] > x; j--) {
-                v[j] = v[j - 1];
-            }
-            v[j] = x;
-        }
-    }
-    return m ? v[m / 2] : 0;
-}
-
-/* Split one run; 0 when it could not (the caller then runs the original loop). */
+/* Split one run over the runtime's pool (fm_split: it runs whole where splits lose now);
+ * 0 when it could not (the caller then runs the original loop). */
 static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *data)
 {
-    int threads = atomic_load_explicit(&nthreads, memory_order_relaxed);
-    if (threads <= 1 || pthread_mutex_trylock(&busy) != 0) {
-        return 0;
-    }
-    Job job;
+    fm_job job;
     job.timed = 0;
-    job.loop = s->original;
+    job.loop = (fm_loop)s->original;
     job.data = data;
     job.nargs = s->nin + s->nout;
     job.n = n;
     job.piece = atomic_load_explicit(&s->piece, memory_order_relaxed);
-    if (job.piece * threads > n) { /* short of a piece per thread: equal shares */
-        job.piece = (n + threads - 1) / threads;
-    }
-    job.piece = (job.piece + 63) & ~(npy_intp)63; /* pieces start 64-element aligned */
     for (int k = 0; k < job.nargs; k++) {
         job.args[k] = args[k];
         job.steps[k] = steps[k];
     }
-    /* A split that took longer than the caller's CPU time for its own pieces, scaled to
-     * all of them (alone_ns), by a twentieth, ran slower than one thread would have: a
-     * helper whose core was taken (another process, or another library's threads
-     * spinning on after their call: OpenBLAS's spin for a long while) or that woke too
-     * slowly for a run this short. So did a split slower than the median of the last
-     * runs of this loop and length that ran whole (run_whole): the caller's CPU time
-     * reads high when the two threads slow each other (between a statsmodels fit's BLAS
-     * calls, exp of 500,000 float64 split in 0.50-0.70 ms, its caller's pieces scaled up
-     * read 0.48-0.60 ms, one thread took 0.42 ms). The next `skip` runs of this loop and
-     * length then run in one piece (doubling while splits keep losing, up to MOST_PAUSE,
-     * halving when one wins), as fastmath's Python-level back-off does (_parallel.py);
-     * the second run of each, and one in SAMPLE after, runs whole to keep that time. */
-    Pace *pace = pace_of(s, n);
-    int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
-    if (paced) {
-        int left = atomic_load_explicit(&pace->left, memory_order_relaxed);
-        int since = atomic_fetch_add_explicit(&pace->since, 1, memory_order_relaxed);
-        int sample = since >= SAMPLE
-                     || (since > 0 && atomic_load_explicit(&pace->kept, memory_order_relaxed) == 0);
-        if (left > 0 || sample) {
-            pthread_mutex_unlock(&busy);
-            if (left > 0) {
-                atomic_fetch_sub_explicit(&pace->left, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
-            }
-            run_whole(s, pace, args, n, steps, data);
-            return 1;
-        }
+    int how = rt->split(s->pace, &job, 0);
+    if (how == FM_SPLIT) {
+        atomic_fetch_add_explicit(&s->split_calls, 1, memory_order_relaxed);
     }
-    job.timed = paced;
-    long long t0 = paced ? wall_ns() : 0;
-    int ran = run_job(&job, threads);
-    pthread_mutex_unlock(&busy);
-    if (!ran) {
-        return 0;
+    else if (how == FM_WHOLE_PACED) {
+        atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
     }
-    if (paced) {
-        long long wall = wall_ns() - t0;
-        long long alone = alone_ns(&job);
-        int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
-        skip = skip < 1 ? 1 : skip;
-        unsigned whole = one_thread_ps(pace);
-        if ((alone >= 0 && wall * 100 > alone * 105)
-                || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)n)) {
-            atomic_store_explicit(&pace->left, skip, memory_order_relaxed);
-            atomic_store_explicit(&pace->skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
-                                  memory_order_relaxed);
-        }
-        else {
-            atomic_store_explicit(&pace->skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
-        }
-    }
-
-    int raised = atomic_load(&job.flags);
-    if (raised) {
-        feraiseexcept(raised);
-    }
-    atomic_fetch_add_explicit(&s->split_calls, 1, memory_order_relaxed);
-    return 1;
+    return how != FM_NOT_RUN;
 }
 
 /* Pieces may run in any order only if no output overlaps an input other than exactly. */
@@ -786,7 +444,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     if (PyArray_API == NULL && _import_array() < 0) {
         return NULL;
     }
-    threads = threads > MAXTHREADS ? MAXTHREADS : threads;
+    threads = threads > 256 ? 256 : threads;
     Loop loops[MAXLOOPS];
     int nloops = parse_loops(loops_obj, loops);
     if (nloops < 0) {
@@ -830,7 +488,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     Run run = {.stop = stop, .items = items};
     atomic_init(&run.failed, 0);
     atomic_init(&run.ready, 0);
-    Job job;
+    fm_job job;
     job.timed = 1;
     job.loop = run_items;
     job.data = &run;
@@ -844,9 +502,9 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     }
     job.piece = job.piece < 1 ? 1 : job.piece;
     int pooled = most >= 2 && most_total >= min_parallel
-                 && pthread_mutex_trylock(&busy) == 0; /* else busy: this thread does it all */
-    if (pooled && !start_job(&job, threads)) {
-        pthread_mutex_unlock(&busy);
+                 && rt->begin(); /* else busy: this thread does it all */
+    if (pooled && !rt->start(&job, threads)) {
+        rt->end();
         pooled = 0;
     }
 
@@ -906,10 +564,10 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     char *first = (char *)items;
     Py_BEGIN_ALLOW_THREADS
     if (pooled) {
-        finish_job(&job);
-        pthread_mutex_unlock(&busy);
+        rt->finish(&job);
+        rt->end();
     }
-    last_cpu_ns = pooled && apart && !bad ? alone_ns(&job) : -1;
+    last_cpu_ns = pooled && apart && !bad ? fm_alone_ns(&job) : -1;
     if (!bad && !(pooled && apart)) { /* this thread alone */
         atomic_store_explicit(&run.ready, m | CLOSED, memory_order_relaxed);
         run_items(&first, &all, NULL, &run);
@@ -1111,8 +769,8 @@ static PyObject *py_pace(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_IndexError, "no such loop slot, or a run length below 1");
         return NULL;
     }
-    Pace *pace = pace_of(&slots[i], n);
-    unsigned ps = one_thread_ps(pace);
+    fm_pace *pace = rt->pace_of(slots[i].pace, n);
+    unsigned ps = rt->one_thread_ps(pace);
     PyObject *one = ps ? PyFloat_FromDouble(ps * 1e-12 * (double)n) : Py_NewRef(Py_None);
     if (one == NULL) {
         return NULL;
@@ -1120,15 +778,6 @@ static PyObject *py_pace(PyObject *self, PyObject *args)
     return Py_BuildValue("{s:i,s:i,s:i,s:i,s:N}", "left", atomic_load(&pace->left),
                          "skip", atomic_load(&pace->skip), "since", atomic_load(&pace->since),
                          "kept", atomic_load(&pace->kept), "one_thread", one);
-}
-
-static PyObject *py_set_pacing(PyObject *self, PyObject *args)
-{
-    int on;
-    if (!PyArg_ParseTuple(args, "p", &on)) {
-        return NULL;
-    }
-    return PyBool_FromLong(atomic_exchange(&pacing, on));
 }
 
 static PyObject *py_set_enabled(PyObject *self, PyObject *args)
@@ -1153,21 +802,6 @@ static PyObject *py_set_counting(PyObject *self, PyObject *args)
     return PyBool_FromLong(before);
 }
 
-static PyObject *py_set_threads(PyObject *self, PyObject *args)
-{
-    int n;
-    if (!PyArg_ParseTuple(args, "i", &n)) {
-        return NULL;
-    }
-    if (n < 0 || n > MAXTHREADS) {
-        PyErr_Format(PyExc_ValueError, "threads must be 0 (all usable cores) to %d, got %d",
-                     MAXTHREADS, n);
-        return NULL;
-    }
-    atomic_store(&nthreads, n == 0 ? default_threads() : n);
-    Py_RETURN_NONE;
-}
-
 static PyObject *py_last_cpu(PyObject *self, PyObject *unused)
 {
     long long ns = last_cpu_ns;
@@ -1175,32 +809,6 @@ static PyObject *py_last_cpu(PyObject *self, PyObject *unused)
         Py_RETURN_NONE;
     }
     return PyFloat_FromDouble((double)ns * 1e-9);
-}
-
-static PyObject *py_set_clock(PyObject *self, PyObject *args)
-{
-    PyObject *wall, *cpu;
-    if (!PyArg_ParseTuple(args, "OO", &wall, &cpu)) {
-        return NULL;
-    }
-    int fake = wall != Py_None;
-    if (fake != (cpu != Py_None) || (fake && !(PyCallable_Check(wall) && PyCallable_Check(cpu)))) {
-        PyErr_SetString(PyExc_TypeError, "_set_clock(wall, cpu): two callables, or None, None");
-        return NULL;
-    }
-    PyObject *old[2] = {fake_clocks[0], fake_clocks[1]};
-    fake_clocks[0] = fake ? Py_NewRef(wall) : NULL;
-    fake_clocks[1] = fake ? Py_NewRef(cpu) : NULL;
-    atomic_store(&wall_ns, fake ? fake_wall_ns : real_wall_ns);
-    atomic_store(&thread_cpu_ns, fake ? fake_cpu_ns : real_cpu_ns);
-    Py_XDECREF(old[0]);
-    Py_XDECREF(old[1]);
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_threads(PyObject *self, PyObject *unused)
-{
-    return PyLong_FromLong(atomic_load(&nthreads));
 }
 
 PyObject *fastmath_hot(PyObject *module, PyObject *state);  /* fastmath/frontends/_hot.c */
@@ -1220,15 +828,7 @@ static PyMethodDef methods[] = {
     {"pace", py_pace, METH_VARARGS,
      "pace(slot, n) -> {left, skip, since, kept, one_thread}: the back-off record of runs of\n"
      "about n elements (one_thread: seconds a whole run of n takes lately, or None)"},
-    {"set_pacing", py_set_pacing, METH_VARARGS,
-     "set_pacing(bool) -> previous: splits back off while they lose (on by default)"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
-    {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per split, 0: all"},
-    {"threads", py_threads, METH_NOARGS, "threads per split"},
-    {"_set_clock", py_set_clock, METH_VARARGS,
-     "_set_clock(wall, cpu): for tests, the back-off's clocks are these callables (seconds:\n"
-     "the time, and the calling thread's CPU time) instead of the real ones; None, None\n"
-     "puts the real ones back"},
     {"last_cpu", py_last_cpu, METH_NOARGS,
      "last_cpu() -> seconds or None: the time the last foreach() that ran on the pool would\n"
      "have taken in one thread (the caller's CPU time for its own pieces, scaled to all);\n"
@@ -1249,6 +849,14 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__loops(void)
 {
-    atomic_store(&nthreads, default_threads());
+    rt = PyCapsule_Import(FM_CAPSULE, 0);
+    if (rt == NULL) {
+        return NULL;
+    }
+    if (rt->version != FM_API_VERSION) {
+        PyErr_Format(PyExc_ImportError, "fastmath.dispatch._runtime has interface %d, not %d: "
+                     "rebuild fastmath", rt->version, FM_API_VERSION);
+        return NULL;
+    }
     return PyModule_Create(&module);
 }

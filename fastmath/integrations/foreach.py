@@ -394,7 +394,7 @@ def _native_loops(spec):
     back into Python to report their own errors), on dtypes the ufunc takes without a cast."""
     if _loops is None or spec.kind != "unary" or not spec.ref.startswith("numpy:"):
         return ()
-    return native_loops(spec.reference(), _loops)
+    return native_loops(spec.reference())
 
 
 def _forget_small():

@@ -1,9 +1,9 @@
-"""The numpy backend's large unary calls on the compiled pool (``_Unary._compiled``:
-NumPy's own loop on each chunk through ``fastmath.integrations._loops.foreach``) and their
-back-off per call size (``_parallel.sized_contention``).
+"""The numpy backend's contiguous unary calls on fastmath's native runtime
+(``_Unary._compiled``: NumPy's own loop over pieces claimed by the caller and the pool's
+threads, fastmath/dispatch/_runtime.c) and the runtime's back-off per call size.
 
 Oracle: NumPy's own call on the same input, bit for bit (the very loop runs on every
-chunk), with NumPy's warnings and exceptions under ``np.errstate``.
+piece), with NumPy's warnings and exceptions under ``np.errstate``.
 """
 import warnings
 
@@ -16,33 +16,39 @@ from fastmath.dispatch import _parallel
 
 from helpers import FakeClock
 
-_loops = pytest.importorskip("fastmath.integrations._loops")
-N = 1_000_000  # above the numpy backend's split size for exp and log
+_runtime = pytest.importorskip("fastmath.dispatch._runtime")
+N = 1_000_000  # large enough that a worker always joins a split
 
 
 @pytest.fixture
-def fresh(monkeypatch):
+def fresh():
     if _parallel.threads() < 2:
         pytest.skip("one thread: nothing splits")
-    monkeypatch.setattr(_parallel, "_sized", {})
-    monkeypatch.setattr(_parallel.contention, "left", 0)
+    before = _runtime.set_pacing(False)  # every call from the split size splits
+    yield
+    _runtime.set_pacing(before)
+
+
+class _Spy:
+    def __init__(self, real):
+        self.real, self.taken = real, []
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def unary(self, loops, x, *rest):
+        flags = self.real.unary(loops, x, *rest)
+        if flags is not None and x.size > 1:  # not the one-element probe of the loops
+            self.taken.append(x.size)
+        return flags
 
 
 @pytest.fixture
 def spy(monkeypatch):
-    """The chunk lists the compiled pool ran."""
-    seen = []
-    real = _loops.foreach
-
-    def foreach(loops, ins, *rest):
-        result = real(loops, ins, *rest)
-        if rest[0] is not None and len(result[1]) < len(ins):  # out= chunks taken (not
-            # the one-element probe of each dtype's loop when a kernel first looks them up)
-            seen.append(len(ins))
-        return result
-    numpy_backend._compiled_loops(np.exp)  # binds the module global
-    monkeypatch.setattr(numpy_backend._loops, "foreach", foreach)
-    return seen
+    """The calls the native runtime took."""
+    spy = _Spy(_runtime)
+    monkeypatch.setattr(numpy_backend, "_runtime", spy)
+    return spy.taken
 
 
 def same(a, b):
@@ -94,10 +100,11 @@ def test_layouts_the_pool_does_not_take_are_declined(fresh, spy):
     kernel = numpy_backend.NumpyBackend().kernel(BY_NAME["exp"])
     x = np.random.default_rng(2).standard_normal(2 * N)
     overlap = x.copy()
-    assert kernel._compiled(x[::2], np.empty(N), 2) is None
-    assert kernel._compiled(x[:N], np.empty(N, np.float32), 2) is None
-    assert kernel._compiled(overlap[:N], overlap[1:N + 1], 2) is None
-    assert kernel._compiled(x.astype(np.int64), np.empty(2 * N), 2) is None
+    assert kernel._compiled(x[::2], np.empty(N)) is None
+    assert kernel._compiled(x[:N], np.empty(N, np.float32)) is None
+    assert kernel._compiled(overlap[:N], overlap[1:N + 1]) is None
+    assert kernel._compiled(x.astype(np.int64), np.empty(2 * N)) is None
+    assert kernel._compiled(x[:N].reshape(1000, -1)[:, :500], np.empty((1000, 500))) is None
     assert not spy
     with fastmath.backend("numpy"):
         same(fastmath.exp(x[::2]), np.exp(x[::2]))
@@ -108,68 +115,98 @@ def test_layouts_the_pool_does_not_take_are_declined(fresh, spy):
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    """The back-off's wall clock, made up: each call reads it twice, so every call, split or
-    whole, takes one tick (1 ms unless a test says otherwise)."""
-    fake = FakeClock(tick=1e-3)
-    monkeypatch.setattr(_parallel, "clock", fake)
-    return fake
+def clocks():
+    """The runtime's back-off on made-up clocks (wall, the caller's CPU time)."""
+    if _parallel.threads() < 2:
+        pytest.skip("one thread: nothing splits")
+    wall, cpu = FakeClock(tick=1e-3), FakeClock()
+    _runtime._set_clock(wall, cpu)
+    before = _runtime.set_pacing(True)
+    yield wall, cpu
+    _runtime._set_clock(None, None)
+    _runtime.set_pacing(before)
 
 
-def test_a_size_whose_splits_lose_runs_in_one_piece(fresh, spy, clock, monkeypatch):
-    """A split whose wall time exceeded its threads' CPU time lost: the next calls of
-    that size run as NumPy's own call, while other sizes go on splitting."""
+def _kernel():
+    from fastmath._registry import BY_NAME
+
+    return numpy_backend.NumpyBackend().kernel(BY_NAME["exp"])  # its own pacing record
+
+
+def test_a_size_whose_splits_lose_runs_in_one_piece(clocks):
+    """A split slower than the calls of its size run whole lost: the next calls of that
+    size run whole, for a pause that doubles while splits keep losing, while other sizes
+    keep records of their own. Here a whole call takes 1 ms and a split 3 ms (the caller's
+    two CPU-time readings move the wall clock on by 1 ms each)."""
+    wall, cpu = clocks
+    cpu.tick = 0.0
+
+    def cpu_reading():
+        wall.advance(1e-3)
+        return cpu()
+    _runtime._set_clock(wall, cpu_reading)
+    kernel = _kernel()
     x = np.random.default_rng(3).standard_normal(N)
-    big = np.random.default_rng(4).standard_normal(4 * N)
-    monkeypatch.setattr(numpy_backend._loops, "last_cpu", lambda: 1e-9)  # every split lost
-    with fastmath.backend("numpy"):
-        for _ in range(8):
-            same(fastmath.exp(x), np.exp(x))
-        assert len(spy) == 3  # split, paused 1, split, paused 2, split, paused 2 (of 4)
-        pace = _parallel.sized_contention(x.nbytes)
-        assert pace.left == 2 and pace.skip == 8
-        same(fastmath.exp(big), np.exp(big))  # another size: its own record
-        assert len(spy) == 4
-    monkeypatch.setattr(numpy_backend._loops, "last_cpu", lambda: 1.0)  # splits win again,
-    clock.tick = 0.5e-3  # in half the time of the calls that ran whole before
-    with fastmath.backend("numpy"):
-        for _ in range(3):
-            fastmath.exp(x)
-    assert pace.skip == 4 and len(spy) == 5  # paused 2 more, then a split that won
+    out = np.empty_like(x)
+    want = np.exp(x)
+    ways = []
+    for _ in range(20):
+        before = _runtime.pace(kernel._pace, N) if kernel._pace >= 0 else {"kept": 0}
+        assert kernel._compiled(x, out) == 0
+        same(out, want)
+        after = _runtime.pace(kernel._pace, N)
+        ways.append("w" if after["kept"] > before["kept"] else "s")
+    # The first split has no whole call to be compared with (nor, if the pool's thread
+    # took every piece, a CPU time of the caller's): lost or not, the second call runs
+    # whole, timed. From then on every split loses and the pauses double.
+    assert ways[:2] == ["s", "w"], ways
+    pauses = [len(p) for p in "".join(ways[2:]).split("s")[1:-1]]
+    assert len(pauses) >= 3 and all(b == 2 * a for a, b in zip(pauses, pauses[1:])), ways
+    big = _runtime.pace(kernel._pace, 4 * N)
+    assert big["left"] == 0 and big["kept"] == 0  # another size: its own record
 
 
-def test_a_split_slower_than_the_calls_run_whole_lost(fresh, spy, clock, monkeypatch):
+def test_a_split_slower_than_the_calls_run_whole_lost(clocks):
     """The second call of a size runs whole and is timed; a later split slower than such
-    calls lost even where the caller's CPU time for its chunks, scaled up, says it won
+    calls lost even where the caller's CPU time for its pieces, scaled up, says it won
     (that reading runs high when the two threads slow each other)."""
+    wall, cpu = clocks
+    cpu.tick = 1.0  # "won", by CPU time
+    kernel = _kernel()
     x = np.random.default_rng(6).standard_normal(N)
-    monkeypatch.setattr(numpy_backend._loops, "last_cpu", lambda: 1.0)  # "won", by CPU time
-    pace = _parallel.sized_contention(x.nbytes)
-    with fastmath.backend("numpy"):
-        same(fastmath.exp(x), np.exp(x))  # split
-        same(fastmath.exp(x), np.exp(x))  # whole, timed
-        assert len(spy) == 1 and len(pace.whole) == 1
-        assert pace.one_thread(x.size) == pytest.approx(1e-3)  # its two readings apart
-        clock.tick = 2e-3  # a split twice as long as the call run whole: lost
-        same(fastmath.exp(x), np.exp(x))
-        assert len(spy) == 2 and pace.left == 1
-        same(fastmath.exp(x), np.exp(x))  # paused, and timed
-        assert len(spy) == 2 and len(pace.whole) == 2
-        assert pace.one_thread(x.size) == pytest.approx(2e-3)  # the median of 1 and 2 ms
-        clock.tick = 1e-3  # half as long as that: the next split wins
-        same(fastmath.exp(x), np.exp(x))
-        assert len(spy) == 3 and pace.left == 0
+    out = np.empty_like(x)
+    want = np.exp(x)
+    kernel._compiled(x, out)  # split
+    kernel._compiled(x, out)  # whole, timed: 1 ms
+    same(out, want)
+    pace = _runtime.pace(kernel._pace, N)
+    assert pace["kept"] == 1 and pace["left"] == 0
+    assert pace["one_thread"] == pytest.approx(1e-3, rel=1e-3)
+    wall.tick = 2e-3  # a split twice as long as the call run whole: lost
+    kernel._compiled(x, out)
+    assert _runtime.pace(kernel._pace, N)["left"] == 1
+    kernel._compiled(x, out)  # paused, and timed: 2 ms
+    pace = _runtime.pace(kernel._pace, N)
+    assert pace["left"] == 0 and pace["kept"] == 2
+    assert pace["one_thread"] == pytest.approx(2e-3, rel=1e-3)  # the median of 1 and 2 ms
+    wall.tick = 1e-3  # half as long as that: the next split wins
+    kernel._compiled(x, out)
+    same(out, want)
+    assert _runtime.pace(kernel._pace, N)["left"] == 0
 
 
 def test_in_one_thread_nothing_is_split(fresh, spy):
+    """Inside a task that is itself one part of a split computation (``serial``), the
+    runtime runs NumPy's loop in the calling thread: no worker joins."""
     x = np.random.default_rng(5).standard_normal(N)
     token = _parallel.serial.set(True)
+    joins = _runtime.stats()["joins"]
     try:
         with fastmath.backend("numpy"):
             same(fastmath.exp(x), np.exp(x))
     finally:
         _parallel.serial.reset(token)
-    assert not spy
+    assert spy == [N] and _runtime.stats()["joins"] == joins
 
 
 def test_scipys_ufuncs_never_run_on_the_compiled_pool(fresh, spy):

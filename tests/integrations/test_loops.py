@@ -432,9 +432,9 @@ def clocks():
     """The loop mode's back-off on made-up clocks (wall, the caller's CPU time): the
     tests below decide whether a split lost, whatever the load on this machine."""
     wall, cpu = FakeClock(), FakeClock()
-    _loopmode._loops._set_clock(wall, cpu)
+    _loopmode._runtime._set_clock(wall, cpu)
     yield wall, cpu
-    _loopmode._loops._set_clock(None, None)
+    _loopmode._runtime._set_clock(None, None)
 
 
 def _ways(key, runs):
@@ -463,7 +463,7 @@ def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch, clocks):
     def cpu_reading():  # ...and the caller's CPU time twice more, 1 ms each
         wall.advance(1e-3)
         return cpu()
-    _loopmode._loops._set_clock(wall, cpu_reading)
+    _loopmode._runtime._set_clock(wall, cpu_reading)
     _loopmode.pacing(True)
     x = RNG.standard_normal(1000)
     key = "exp d->d"
@@ -518,12 +518,12 @@ def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch, clo
         def slow_cpu():  # a split as fast as one thread by CPU time, and 2 ms long
             wall.advance(0.5e-3)
             return cpu()
-        _loopmode._loops._set_clock(wall, slow_cpu)
+        _loopmode._runtime._set_clock(wall, slow_cpu)
         assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "split"
         pace = _loopmode._loops.pace(slot, n)
         assert pace["left"] == 1 and pace["skip"] == 2  # lost: the next run kept whole
         assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "paced"
-        _loopmode._loops._set_clock(wall, cpu)
+        _loopmode._runtime._set_clock(wall, cpu)
         wall.tick = 0.5e-3  # splits in half a whole run's time: won
         assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "split"
         pace = _loopmode._loops.pace(slot, n)

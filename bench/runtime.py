@@ -1,0 +1,203 @@
+"""fastmath's native runtime (fastmath/dispatch/_runtime.c) as a program meets it.
+
+    python bench/runtime.py [--rounds 9] [--busy] [--sections cost,split,idle,blas]
+
+- cost: the fixed cost of a parallel call with nothing to do, its workers warm (calls
+  back to back) and parked (calls further apart than the workers' spin).
+- split: exp and log of float64 at 10^4..10^7 elements: NumPy's own call, fastmath's numpy
+  backend, and the loop mode (``fastmath.patch(mode="loops")``), bitwise NumPy's all three;
+  at 10^7 also a two-thread copy of the same bytes into a fresh output (what memory allows).
+- idle: the CPU time the process uses in the second after a burst of calls.
+- blas: code that alternates matrix products with elementwise math (a batched product
+  and a softmax over its rows), plain and under the loop mode, the function patch and
+  ``fastmath`` as ``np``.
+
+Every column is timed in interleaved rounds in one process; a round keeps the best of three
+batches (a batch the scheduler cut into is not the call's cost); figures are medians.
+``--busy`` runs all of it with another process spinning on one core (bench/busy.py's).
+The load average is printed first: rerun when it is high.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import fastmath  # noqa: E402
+from fastmath.dispatch import _runtime  # noqa: E402
+
+
+def _spin(core):
+    if hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {core})
+        except OSError:
+            pass
+    while True:
+        pass
+
+
+def per_call(fn, target=0.005, batches=3):
+    """Seconds per call of ``fn()``: the best of ``batches`` batches filling ``target`` s."""
+    fn()
+    reps = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        t = time.perf_counter() - t0
+        if t >= target or reps >= 1 << 16:
+            break
+        reps *= 2
+    best = t / reps
+    for _ in range(batches - 1):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def rounds_of(columns, rounds, contexts=None):
+    """{name: median seconds per call}, the columns interleaved round by round; a column
+    named in ``contexts`` is timed inside a fresh ``contexts[name]()`` each round."""
+    import contextlib
+
+    contexts = contexts or {}
+    times = {name: [] for name in columns}
+    for _ in range(rounds):
+        for name, fn in columns.items():
+            with contexts.get(name, contextlib.nullcontext)():
+                times[name].append(per_call(fn))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _loop_mode():
+    return fastmath.patch(mode="loops")
+
+
+def cost(args):
+    print("\n## fixed cost of a parallel call (nothing to do)")
+    if _runtime.threads() < 2:
+        print("one thread: nothing splits")
+        return
+    warm = statistics.median(_runtime.fixed_cost(2000, 0) for _ in range(args.rounds))
+    spin = _runtime.stats()["spin"]
+    parked = statistics.median(_runtime.fixed_cost(20, spin * 3 + 1e-3)
+                               for _ in range(args.rounds))
+    print(f"workers warm (back to back): {warm * 1e6:.2f} us")
+    print(f"workers parked (calls {spin * 3e3 + 1:.1f} ms apart): {parked * 1e6:.2f} us")
+
+
+def _copy2(x):
+    """x into a fresh output, two threads (NumPy's copy releases the GIL)."""
+    out = np.empty_like(x)
+    h = x.size // 2
+    t = threading.Thread(target=np.copyto, args=(out[h:], x[h:]))
+    t.start()
+    np.copyto(out[:h], x[:h])
+    t.join()
+    return out
+
+
+def split(args):
+    print("\n## exp and log, float64: NumPy, the numpy backend, the loop mode "
+          "(ratios: NumPy's time / theirs)")
+    print(f"{'':12}{'n':>10}{'NumPy us':>11}{'backend':>9}{'loops':>8}{'2-thread copy':>15}")
+    rng = np.random.default_rng(0)
+    for name in ("exp", "log"):
+        ref = getattr(np, name)
+        fm = getattr(fastmath, name)
+        for n in (10**4, 10**5, 10**6, 10**7):
+            x = rng.uniform(0.1, 10, n)
+            for f in (fm,):
+                with fastmath.backend("numpy"):
+                    assert np.array_equal(f(x), ref(x))
+            # the backend is chosen, and the loop mode's slots installed, around their
+            # columns only
+            columns = {"numpy": lambda: ref(x), "backend": lambda: fm(x), "loops": lambda: ref(x)}
+            if n == 10**7:
+                columns["copy"] = lambda: _copy2(x)
+            times = rounds_of(columns, args.rounds, {"loops": _loop_mode,
+                                                     "backend": lambda: fastmath.backend("numpy")})
+            t0 = times["numpy"]
+            copy = (f"{t0 / times['copy']:.2f}x ({times['copy'] * 1e3:.2f} ms)"
+                    if "copy" in times else "")
+            print(f"{name:12}{n:>10}{t0 * 1e6:>11.1f}{t0 / times['backend']:>8.2f}x"
+                  f"{t0 / times['loops']:>7.2f}x{copy:>15}")
+
+
+def idle(args):
+    print("\n## idle after a burst")
+    x = np.random.default_rng(1).uniform(0.1, 10, 10**5)
+    with fastmath.backend("numpy"):
+        for _ in range(2000):
+            fastmath.exp(x)
+    c0, t0 = time.process_time(), time.perf_counter()
+    time.sleep(1.0)
+    used = (time.process_time() - c0) / (time.perf_counter() - t0)
+    print(f"CPU used during a 1 s sleep after 2000 calls: {used * 100:.2f}% of a core")
+
+
+def blas(args):
+    print("\n## matrix products and elementwise math, alternating (ratio: plain / fastmath)")
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((16, 256, 64))
+    k = rng.standard_normal((16, 64, 256))
+
+    def program(np_):
+        s = q @ k
+        e = np_.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def plain():
+        program(np)
+
+    def patched():  # the same: the patch is installed around this column only
+        program(np)
+
+    columns = {"plain": plain, "fastmath as np": lambda: program(fastmath),
+               "patch loops": patched, "patch functions": patched}
+    times = rounds_of(columns, args.rounds, {
+        "patch loops": _loop_mode, "patch functions": lambda: fastmath.patch(mode="functions")})
+    t0 = times.pop("plain")
+    print(f"plain: {t0 * 1e3:.2f} ms a step; " + ", ".join(
+        f"{name} {t0 / t:.2f}x" for name, t in times.items()))
+
+
+SECTIONS = {"cost": cost, "split": split, "idle": idle, "blas": blas}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--busy", action="store_true", help="another process busy on one core")
+    p.add_argument("--sections", default=",".join(SECTIONS))
+    args = p.parse_args(argv)
+    wanted = args.sections.split(",")
+    bad = [s for s in wanted if s not in SECTIONS]
+    if bad:
+        p.error(f"unknown sections {bad}; valid: {', '.join(SECTIONS)}")
+    busy = None
+    if args.busy:
+        busy = mp.get_context("spawn").Process(target=_spin, args=(0,), daemon=True)
+        busy.start()
+    print(f"load average {os.getloadavg()}; {_runtime.threads()} threads; "
+          f"another process busy on one core: {bool(busy)}")
+    try:
+        for s in wanted:
+            SECTIONS[s](args)
+    finally:
+        if busy is not None:
+            busy.terminate()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,752 @@
+/* fastmath.dispatch._runtime: the one native thread pool under every splitter, and the one
+ * pacing policy that decides when a call splits.
+ *
+ * The pool. A parallel call (fm_job) is `loop` over n elements, cut into pieces that the
+ * calling thread and up to threads - 1 workers claim one at a time from an atomic counter,
+ * so a worker that wakes late, or shares its core with another process, takes fewer pieces
+ * instead of holding the call back. The caller works too, and returns once every piece has
+ * run: nothing writes into an output after the call has returned.
+ * Between calls a worker spins (pause instructions, reading one shared counter) for `spin`
+ * nanoseconds after its last piece, then parks on a condition variable: a burst of calls
+ * pays the wake-up once (a spinning worker starts in well under a microsecond; a parked
+ * one takes 10-200 us to wake on a VM), and a process that stops calling burns no CPU once
+ * the spin has run out. The caller takes the condition variable's lock only when a worker
+ * is parked.
+ * One call at a time uses the pool; a call that finds it busy (another user thread's)
+ * runs in its own thread instead of waiting, so several user threads never oversubscribe
+ * the cores.
+ * Floating-point state: each worker takes the caller's environment (rounding, MXCSR),
+ * clears its flags, and reports what its pieces raised; the caller gets their union.
+ * After fork() the child has no workers: the pool is rebuilt on first use.
+ *
+ * The pacing (fm_split). A split is worth it only when it finishes sooner than the call run
+ * whole would, on this machine now: a busy core, another library's threads spinning after
+ * their own call (OpenBLAS's, OpenMP's), or a call too short for the handoff make it lose.
+ * Every split is timed against the caller's CPU time for its own pieces scaled to all of
+ * them (what one thread would have taken), and against the median of the last calls of
+ * that kernel and length that ran whole; a split that lost by a twentieth sends the next
+ * `skip` calls of that kernel and length whole (doubling while splits keep losing, up to
+ * MOST_PAUSE, halving when one wins), and one call in SAMPLE runs whole to keep that time.
+ * Clocks: the real ones, or, for tests (_set_clock), Python callables returning seconds.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <numpy/ufuncobject.h>
+
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "_runtime.h"
+
+#define MAXTHREADS 256
+#define MOST_PAUSE 256
+#define SAMPLE 64
+#define MAXPACES 4096
+#define FLAGS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID | FE_INEXACT)
+#define ERRORS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID)
+#if defined(__x86_64__) || defined(__i386__)
+#define RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define RELAX() __asm__ __volatile__("yield")
+#else
+#define RELAX() ((void)0)
+#endif
+
+/* ---- clocks ------------------------------------------------------------------------ */
+
+static long long real_wall_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static long long real_cpu_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static PyObject *fake_clocks[2]; /* wall, the caller's CPU time; set and read under the GIL */
+
+static long long fake_ns(int which)
+{
+    PyGILState_STATE gil = PyGILState_Ensure(); /* a split runs without it */
+    long long ns = 0;
+    PyObject *fn = fake_clocks[which];
+    if (fn == NULL) {
+        ns = which ? real_cpu_ns() : real_wall_ns();
+    }
+    else {
+        Py_INCREF(fn);
+        PyObject *r = PyObject_CallNoArgs(fn);
+        double s = r ? PyFloat_AsDouble(r) : -1.0;
+        Py_XDECREF(r);
+        if (PyErr_Occurred()) {
+            PyErr_WriteUnraisable(fn);
+        }
+        else {
+            ns = (long long)(s * 1e9);
+        }
+        Py_DECREF(fn);
+    }
+    PyGILState_Release(gil);
+    return ns;
+}
+
+static long long fake_wall_ns(void) { return fake_ns(0); }
+static long long fake_cpu_ns(void) { return fake_ns(1); }
+
+static long long (*_Atomic wall_ns)(void) = real_wall_ns;
+static long long (*_Atomic thread_cpu_ns)(void) = real_cpu_ns;
+
+/* ---- the pool ---------------------------------------------------------------------- */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* parking and starting workers */
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER; /* held by the call using the pool */
+static fm_job *_Atomic current = NULL;
+static atomic_ulong generation = 0; /* one more per call started */
+static atomic_int active = 0;       /* workers inside a call now */
+static atomic_int sleepers = 0;     /* workers parked (or about to park) */
+static int nworkers = 0;            /* started (under lock) */
+static atomic_int nthreads = 0;     /* per call, the caller included */
+static atomic_llong spin_ns = 100000;
+static atomic_ulong parks = 0, joins = 0;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static atomic_int pacing = 1;
+static _Thread_local long long last_alone_ns = -1;
+
+static intptr_t run_pieces(fm_job *job)
+{
+    intptr_t ran = 0;
+    for (;;) {
+        intptr_t start = atomic_fetch_add_explicit(&job->next, job->piece, memory_order_relaxed);
+        if (start >= job->n) {
+            return ran;
+        }
+        intptr_t count = job->n - start < job->piece ? job->n - start : job->piece;
+        ran += count;
+        char *args[FM_MAXARGS];
+        for (int k = 0; k < job->nargs; k++) {
+            args[k] = job->args[k] + start * job->steps[k];
+        }
+        job->loop(args, &count, job->steps, job->data);
+    }
+}
+
+/* Wait until a call newer than *seen starts: spin for spin_ns, then park. */
+static void wait_for_call(unsigned long *seen)
+{
+    long long limit = atomic_load_explicit(&spin_ns, memory_order_relaxed);
+    long long until = -1;
+    for (unsigned spins = 0;; spins++) {
+        unsigned long g = atomic_load_explicit(&generation, memory_order_acquire);
+        if (g != *seen) {
+            *seen = g;
+            return;
+        }
+        if ((spins & 255) == 0) {
+            long long now = real_wall_ns();
+            if (until < 0) {
+                until = now + limit;
+            }
+            else if (now >= until) {
+                break;
+            }
+        }
+        RELAX();
+    }
+    pthread_mutex_lock(&lock);
+    atomic_fetch_add(&sleepers, 1); /* seq_cst: a caller that misses it sees our generation */
+    atomic_fetch_add_explicit(&parks, 1, memory_order_relaxed);
+    while (atomic_load(&generation) == *seen) {
+        pthread_cond_wait(&wake, &lock);
+    }
+    atomic_fetch_sub(&sleepers, 1);
+    pthread_mutex_unlock(&lock);
+    *seen = atomic_load(&generation);
+}
+
+static void *worker(void *unused)
+{
+    (void)unused;
+    unsigned long seen = atomic_load(&generation);
+    for (;;) {
+        wait_for_call(&seen);
+        fm_job *job = atomic_load(&current);
+        if (job == NULL) {
+            continue;
+        }
+        atomic_fetch_add(&active, 1);
+        if (atomic_load(&current) != job) { /* finished meanwhile: the caller did it all */
+            atomic_fetch_sub(&active, 1);
+            continue;
+        }
+        atomic_fetch_add_explicit(&joins, 1, memory_order_relaxed);
+        fesetenv(&job->env);
+        feclearexcept(FLAGS);
+        run_pieces(job);
+        int raised = fetestexcept(FLAGS);
+        if (raised) {
+            atomic_fetch_or(&job->flags, raised);
+        }
+        atomic_fetch_sub(&active, 1);
+    }
+    return NULL;
+}
+
+static void after_fork_in_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    pthread_mutex_init(&busy, NULL);
+    pthread_cond_init(&wake, NULL);
+    atomic_store(&current, NULL);
+    atomic_store(&active, 0);
+    atomic_store(&sleepers, 0);
+    nworkers = 0;
+}
+
+static void register_atfork(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
+static int default_threads(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        return CPU_COUNT(&set);
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* workers wanted: start any missing; how many run */
+static int ensure_workers(int wanted)
+{
+    pthread_once(&atfork_once, register_atfork);
+    if (nworkers >= wanted) {
+        return wanted;
+    }
+    pthread_mutex_lock(&lock);
+    while (nworkers < wanted) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, worker, NULL);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) {
+            break;
+        }
+        nworkers++;
+    }
+    pthread_mutex_unlock(&lock);
+    return nworkers < wanted ? nworkers : wanted;
+}
+
+static int fm_begin(void) { return pthread_mutex_trylock(&busy) == 0; }
+static void fm_end(void) { pthread_mutex_unlock(&busy); }
+static int fm_threads(void) { return atomic_load_explicit(&nthreads, memory_order_relaxed); }
+
+static int fm_start(fm_job *job, int threads)
+{
+    atomic_init(&job->next, 0);
+    atomic_init(&job->flags, 0);
+    fegetenv(&job->env);
+    if (ensure_workers(threads - 1) == 0) {
+        return 0;
+    }
+    atomic_store(&current, job);
+    atomic_fetch_add(&generation, 1); /* seq_cst, then the sleepers read: see wait_for_call */
+    if (atomic_load(&sleepers) > 0) {
+        pthread_mutex_lock(&lock);
+        pthread_cond_broadcast(&wake);
+        pthread_mutex_unlock(&lock);
+    }
+    return 1;
+}
+
+static void fm_finish(fm_job *job)
+{
+    if (job->timed) {
+        long long t0 = thread_cpu_ns();
+        job->caller_n = run_pieces(job);
+        job->caller_ns = thread_cpu_ns() - t0;
+    }
+    else {
+        run_pieces(job);
+    }
+    /* Every piece is taken; workers that joined finish theirs. */
+    atomic_store(&current, NULL);
+    for (unsigned spins = 0; atomic_load(&active) > 0; spins++) {
+        if (spins < 4096) {
+            RELAX();
+        }
+        else {
+            sched_yield(); /* a worker descheduled mid-piece: let it run */
+        }
+    }
+    last_alone_ns = fm_alone_ns(job);
+}
+
+/* ---- pacing ------------------------------------------------------------------------ */
+
+static fm_pace *fm_pace_of(fm_pace *paces, intptr_t n)
+{
+    int b = 63 - __builtin_clzll((unsigned long long)(n > 0 ? n : 1));
+    return &paces[b < FM_BUCKETS ? b : FM_BUCKETS - 1];
+}
+
+static void run_whole(fm_pace *pace, fm_job *job)
+{
+    long long t0 = wall_ns();
+    intptr_t n = job->n;
+    job->loop(job->args, &n, job->steps, job->data);
+    double ps = (wall_ns() - t0) * 1e3 / (double)n;
+    unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)ps;
+    int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
+    atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
+    atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
+}
+
+static unsigned fm_one_thread_ps(fm_pace *pace)
+{
+    unsigned v[FM_KEEP];
+    int m = 0;
+    for (int k = 0; k < FM_KEEP; k++) {
+        unsigned x = atomic_load_explicit(&pace->whole[k], memory_order_relaxed);
+        if (x > 0) {
+            int j = m++;
+            for (; j > 0 && v[j - 1] > x; j--) {
+                v[j] = v[j - 1];
+            }
+            v[j] = x;
+        }
+    }
+    return m ? v[m / 2] : 0;
+}
+
+static int fm_split(fm_pace *paces, fm_job *job, int threads)
+{
+    threads = threads > 0 ? threads : fm_threads();
+    if (threads <= 1 || !fm_begin()) {
+        return FM_NOT_RUN;
+    }
+    if (job->piece * threads > job->n) { /* short of a piece per thread: equal shares */
+        job->piece = (job->n + threads - 1) / threads;
+    }
+    job->piece = (job->piece + 63) & ~(intptr_t)63; /* pieces start 64-element aligned */
+    fm_pace *pace = fm_pace_of(paces, job->n);
+    int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
+    if (paced) {
+        int left = atomic_load_explicit(&pace->left, memory_order_relaxed);
+        int since = atomic_fetch_add_explicit(&pace->since, 1, memory_order_relaxed);
+        int sample = since >= SAMPLE
+                     || (since > 0 && atomic_load_explicit(&pace->kept, memory_order_relaxed) == 0);
+        if (left > 0 || sample) {
+            fm_end();
+            if (left > 0) {
+                atomic_fetch_sub_explicit(&pace->left, 1, memory_order_relaxed);
+            }
+            run_whole(pace, job);
+            return left > 0 ? FM_WHOLE_PACED : FM_WHOLE_SAMPLED;
+        }
+    }
+    job->timed = paced;
+    long long t0 = paced ? wall_ns() : 0;
+    int ran = fm_start(job, threads);
+    if (ran) {
+        fm_finish(job);
+    }
+    fm_end();
+    if (!ran) {
+        return FM_NOT_RUN;
+    }
+    if (paced) {
+        long long wall = wall_ns() - t0;
+        long long alone = fm_alone_ns(job);
+        int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
+        skip = skip < 1 ? 1 : skip;
+        unsigned whole = fm_one_thread_ps(pace);
+        if ((alone >= 0 && wall * 100 > alone * 105)
+                || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)job->n)) {
+            atomic_store_explicit(&pace->left, skip, memory_order_relaxed);
+            atomic_store_explicit(&pace->skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
+                                  memory_order_relaxed);
+        }
+        else {
+            atomic_store_explicit(&pace->skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
+        }
+    }
+    int raised = atomic_load(&job->flags);
+    if (raised) {
+        feraiseexcept(raised);
+    }
+    return FM_SPLIT;
+}
+
+static fm_api api = {FM_API_VERSION, fm_split, fm_begin, fm_start, fm_finish, fm_end,
+                     fm_threads, fm_one_thread_ps, fm_pace_of};
+
+/* ---- NumPy's strided loops, for the numpy backend -------------------------------- */
+
+/* What numpy.ufunc._get_strided_loop fills in: the loop NumPy itself runs for the
+ * resolved dtypes (and the given fixed strides), with its context and auxdata. */
+#define CALL_INFO "numpy_1.24_ufunc_call_info"
+typedef struct {
+    PyArrayMethod_StridedLoop *strided_loop;
+    PyArrayMethod_Context *context;
+    NpyAuxData *auxdata;
+    npy_bool requires_pyapi;
+    npy_bool no_floatingpoint_errors;
+} CallInfo;
+
+static void strided(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+{
+    CallInfo *info = data;
+    info->strided_loop(info->context, args, (npy_intp *)count, (npy_intp *)steps,
+                       info->auxdata);
+}
+
+static fm_pace (*paces)[FM_BUCKETS] = NULL; /* Python callers' records, by number */
+static atomic_int npaces = 0;
+
+static int fpe_bits(int raised)
+{
+    return (raised & FE_DIVBYZERO ? UFUNC_FPE_DIVIDEBYZERO : 0)
+           | (raised & FE_OVERFLOW ? UFUNC_FPE_OVERFLOW : 0)
+           | (raised & FE_UNDERFLOW ? UFUNC_FPE_UNDERFLOW : 0)
+           | (raised & FE_INVALID ? UFUNC_FPE_INVALID : 0);
+}
+
+#define NEED (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED)
+
+/* unary(loops, x, out, pace, min_split, piece, threads) -> NumPy's FP flag bits, or None */
+static PyObject *py_unary(PyObject *self, PyObject *args)
+{
+    PyObject *loops, *xo, *oo;
+    int pace, threads;
+    Py_ssize_t min_split, piece;
+    if (!PyArg_ParseTuple(args, "O!OOinni", &PyTuple_Type, &loops, &xo, &oo, &pace, &min_split,
+                          &piece, &threads)) {
+        return NULL;
+    }
+    if (pace < 0 || pace >= atomic_load(&npaces) || piece < 0) {
+        PyErr_SetString(PyExc_ValueError, "pace must come from new_pace(), piece be >= 0");
+        return NULL;
+    }
+    if (!PyArray_Check(xo) || !PyArray_Check(oo)) {
+        Py_RETURN_NONE;
+    }
+    PyArrayObject *x = (PyArrayObject *)xo, *out = (PyArrayObject *)oo;
+    npy_intp n = PyArray_SIZE(x);
+    if ((PyArray_FLAGS(x) & NEED) != NEED
+            || (PyArray_FLAGS(out) & (NEED | NPY_ARRAY_WRITEABLE)) != (NEED | NPY_ARRAY_WRITEABLE)
+            || PyArray_SIZE(out) != n || n == 0) {
+        Py_RETURN_NONE;
+    }
+    CallInfo *info = NULL;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(loops); j++) {
+        PyObject *in_dt, *out_dt, *cap;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(loops, j), "OOO", &in_dt, &out_dt, &cap)) {
+            return NULL;
+        }
+        if ((PyObject *)PyArray_DESCR(x) == in_dt && (PyObject *)PyArray_DESCR(out) == out_dt) {
+            info = PyCapsule_GetPointer(cap, CALL_INFO);
+            if (info == NULL) {
+                return NULL;
+            }
+            break;
+        }
+    }
+    if (info == NULL || info->strided_loop == NULL || info->requires_pyapi) {
+        Py_RETURN_NONE;
+    }
+    char *xp = PyArray_BYTES(x), *op = PyArray_BYTES(out);
+    npy_intp xs = PyArray_ITEMSIZE(x), os = PyArray_ITEMSIZE(out);
+    if (!(xp == op && xs == os) && xp < op + n * os && op < xp + n * xs) {
+        Py_RETURN_NONE; /* a partial overlap: NumPy buffers it */
+    }
+    fm_job job;
+    job.loop = strided;
+    job.data = info;
+    job.args[0] = xp;
+    job.args[1] = op;
+    job.steps[0] = xs;
+    job.steps[1] = os;
+    job.nargs = 2;
+    job.n = n;
+    threads = threads > 0 ? threads : fm_threads();
+    /* four pieces a thread, so that a thread whose core is busy takes fewer; none so
+     * short that claiming it costs more than a fraction of its work */
+    job.piece = piece > 0 ? piece : n / (4 * threads) > 1024 ? n / (4 * threads) : 1024;
+    job.timed = 0;
+    int raised;
+    NPY_BEGIN_THREADS_DEF;
+    if (n > 500) {
+        NPY_BEGIN_THREADS;
+    }
+    feclearexcept(ERRORS);
+    if (n < min_split || fm_split(paces[pace], &job, threads) == FM_NOT_RUN) {
+        npy_intp count = n;
+        info->strided_loop(info->context, job.args, &count, job.steps, info->auxdata);
+    }
+    raised = fetestexcept(ERRORS);
+    feclearexcept(ERRORS);
+    NPY_END_THREADS;
+    return PyLong_FromLong(info->no_floatingpoint_errors ? 0 : fpe_bits(raised));
+}
+
+static PyObject *py_new_pace(PyObject *self, PyObject *unused)
+{
+    int k = atomic_load(&npaces); /* under the GIL */
+    if (k >= MAXPACES) {
+        PyErr_SetString(PyExc_RuntimeError, "no pacing records left");
+        return NULL;
+    }
+    if (paces == NULL) {
+        paces = calloc(MAXPACES, sizeof *paces);
+        if (paces == NULL) {
+            return PyErr_NoMemory();
+        }
+    }
+    atomic_store(&npaces, k + 1);
+    return PyLong_FromLong(k);
+}
+
+static PyObject *pace_dict(fm_pace *paces_of, Py_ssize_t n)
+{
+    fm_pace *p = fm_pace_of(paces_of, n);
+    unsigned ps = fm_one_thread_ps(p);
+    PyObject *one = ps ? PyFloat_FromDouble((double)ps * 1e-12 * (double)n) : Py_NewRef(Py_None);
+    if (one == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:N}", "left", atomic_load(&p->left), "skip",
+                         atomic_load(&p->skip), "since", atomic_load(&p->since), "kept",
+                         atomic_load(&p->kept), "one_thread", one);
+}
+
+static PyObject *py_pace(PyObject *self, PyObject *args)
+{
+    int pace;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "in", &pace, &n)) {
+        return NULL;
+    }
+    if (pace < 0 || pace >= atomic_load(&npaces) || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "pace(number from new_pace(), n >= 1)");
+        return NULL;
+    }
+    return pace_dict(paces[pace], n);
+}
+
+/* ---- the rest of the Python interface -------------------------------------------- */
+
+static PyObject *py_set_threads(PyObject *self, PyObject *args)
+{
+    int n;
+    if (!PyArg_ParseTuple(args, "i", &n)) {
+        return NULL;
+    }
+    if (n < 0 || n > MAXTHREADS) {
+        PyErr_Format(PyExc_ValueError, "threads must be 0 (all usable cores) to %d, got %d",
+                     MAXTHREADS, n);
+        return NULL;
+    }
+    atomic_store(&nthreads, n == 0 ? default_threads() : n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_threads(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromLong(atomic_load(&nthreads));
+}
+
+static PyObject *py_set_spin(PyObject *self, PyObject *args)
+{
+    double s;
+    if (!PyArg_ParseTuple(args, "d", &s)) {
+        return NULL;
+    }
+    if (!(s >= 0 && s <= 1.0)) {
+        PyErr_Format(PyExc_ValueError, "spin must be 0 to 1 second, got %g", s);
+        return NULL;
+    }
+    long long before = atomic_exchange(&spin_ns, (long long)(s * 1e9));
+    return PyFloat_FromDouble((double)before * 1e-9);
+}
+
+static PyObject *py_set_pacing(PyObject *self, PyObject *args)
+{
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) {
+        return NULL;
+    }
+    return PyBool_FromLong(atomic_exchange(&pacing, on));
+}
+
+static PyObject *py_set_clock(PyObject *self, PyObject *args)
+{
+    PyObject *wall, *cpu;
+    if (!PyArg_ParseTuple(args, "OO", &wall, &cpu)) {
+        return NULL;
+    }
+    int fake = wall != Py_None;
+    if (fake != (cpu != Py_None) || (fake && !(PyCallable_Check(wall) && PyCallable_Check(cpu)))) {
+        PyErr_SetString(PyExc_TypeError, "_set_clock(wall, cpu): two callables, or None, None");
+        return NULL;
+    }
+    PyObject *old[2] = {fake_clocks[0], fake_clocks[1]};
+    fake_clocks[0] = fake ? Py_NewRef(wall) : NULL;
+    fake_clocks[1] = fake ? Py_NewRef(cpu) : NULL;
+    atomic_store(&wall_ns, fake ? fake_wall_ns : real_wall_ns);
+    atomic_store(&thread_cpu_ns, fake ? fake_cpu_ns : real_cpu_ns);
+    Py_XDECREF(old[0]);
+    Py_XDECREF(old[1]);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_last_cpu(PyObject *self, PyObject *unused)
+{
+    long long ns = last_alone_ns;
+    if (ns < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyFloat_FromDouble((double)ns * 1e-9);
+}
+
+static PyObject *py_stats(PyObject *self, PyObject *unused)
+{
+    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d}", "workers", nworkers, "parks",
+                         atomic_load(&parks), "joins", atomic_load(&joins), "parked",
+                         atomic_load(&sleepers), "spin", (double)atomic_load(&spin_ns) * 1e-9);
+}
+
+/* fixed_cost's pieces: each waits (a millisecond at most) until every thread of the call
+ * holds one, so a call's time is what it takes to get all its threads going and back. */
+typedef struct {
+    atomic_int arrived;
+    int threads;
+} Gather;
+
+static void gather(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+{
+    (void)args, (void)count, (void)steps;
+    Gather *g = data;
+    atomic_fetch_add(&g->arrived, 1);
+    long long until = real_wall_ns() + 1000000;
+    for (unsigned spins = 0; atomic_load(&g->arrived) < g->threads; spins++) {
+        if ((spins & 255) == 0 && real_wall_ns() > until) {
+            return;
+        }
+        RELAX();
+    }
+}
+
+/* fixed_cost(rounds, pause) -> seconds per call: a parallel call whose threads each take
+ * one piece of no work, `pause` seconds apart (0: back to back, the workers spinning;
+ * longer than the spin: they are parked each time). */
+static PyObject *py_fixed_cost(PyObject *self, PyObject *args)
+{
+    int rounds;
+    double pause;
+    if (!PyArg_ParseTuple(args, "id", &rounds, &pause)) {
+        return NULL;
+    }
+    int threads = fm_threads();
+    if (rounds < 1 || threads < 2) {
+        Py_RETURN_NONE;
+    }
+    long long total = 0;
+    int done = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int r = 0; r < rounds; r++) {
+        if (pause > 0) {
+            struct timespec nap = {(time_t)pause, (long)((pause - (time_t)pause) * 1e9)};
+            nanosleep(&nap, NULL);
+        }
+        if (!fm_begin()) {
+            continue;
+        }
+        Gather g = {.threads = threads};
+        atomic_init(&g.arrived, 0);
+        fm_job job;
+        memset(&job, 0, sizeof job);
+        job.loop = gather;
+        job.data = &g;
+        job.n = threads;
+        job.piece = 1;
+        long long t0 = real_wall_ns();
+        if (fm_start(&job, threads)) {
+            fm_finish(&job);
+        }
+        total += real_wall_ns() - t0;
+        done++;
+        fm_end();
+    }
+    Py_END_ALLOW_THREADS
+    if (done == 0) {
+        Py_RETURN_NONE;
+    }
+    return PyFloat_FromDouble((double)total * 1e-9 / done);
+}
+
+static PyMethodDef methods[] = {
+    {"unary", py_unary, METH_VARARGS,
+     "unary(loops, x, out, pace, min_split, piece, threads) -> NumPy's FP flag bits, or None\n"
+     "where it cannot take the call: NumPy's loop for x's dtype (loops: (in dtype, out\n"
+     "dtype, call info) from numpy.ufunc._get_strided_loop) over contiguous x into out,\n"
+     "split over the pool (up to `threads` threads; 0: set_threads') from min_split\n"
+     "elements when pacing record `pace` says a split wins, in pieces of `piece` elements\n"
+     "(0: four a thread, at least 1024)"},
+    {"new_pace", py_new_pace, METH_NOARGS, "new_pace() -> a new pacing record's number"},
+    {"pace", py_pace, METH_VARARGS,
+     "pace(number, n) -> {left, skip, since, kept, one_thread}: the back-off record of calls\n"
+     "of about n elements (one_thread: seconds a whole call of n takes lately, or None)"},
+    {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per call, 0: all cores"},
+    {"threads", py_threads, METH_NOARGS, "threads per call, the caller included"},
+    {"set_spin", py_set_spin, METH_VARARGS,
+     "set_spin(seconds) -> previous: how long a worker spins after a call before it parks"},
+    {"set_pacing", py_set_pacing, METH_VARARGS,
+     "set_pacing(bool) -> previous: splits back off while they lose (on by default)"},
+    {"_set_clock", py_set_clock, METH_VARARGS,
+     "_set_clock(wall, cpu): for tests, the pacing's clocks are these callables (seconds:\n"
+     "the time, and the calling thread's CPU time); None, None puts the real ones back"},
+    {"last_cpu", py_last_cpu, METH_NOARGS,
+     "last_cpu() -> seconds or None: what this thread's last call on the pool would have\n"
+     "taken in one thread (its own CPU time for its pieces, scaled to all)"},
+    {"stats", py_stats, METH_NOARGS, "stats() -> {workers, parks, joins, parked, spin}"},
+    {"fixed_cost", py_fixed_cost, METH_VARARGS,
+     "fixed_cost(rounds, pause) -> seconds per parallel call whose threads each take one\n"
+     "piece of no work (pause: seconds between calls; None: one thread, nothing splits)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "fastmath.dispatch._runtime",
+    "fastmath's native thread pool and pacing (see fastmath/dispatch/_runtime.c).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__runtime(void)
+{
+    import_array();
+    import_umath();
+    atomic_store(&nthreads, default_threads());
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    PyObject *cap = PyCapsule_New(&api, FM_CAPSULE, NULL);
+    if (cap == NULL || PyModule_AddObject(m, "_C_API", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,74 @@
+/* fastmath.dispatch._runtime's C interface: the one thread pool and the one pacing policy,
+ * for the other extensions (fastmath/integrations/_loops.c), which find it through the
+ * capsule FM_CAPSULE (fm_import()). See _runtime.c for how the pool works. */
+#ifndef FASTMATH_RUNTIME_H
+#define FASTMATH_RUNTIME_H
+
+#include <fenv.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define FM_CAPSULE "fastmath.dispatch._runtime._C_API"
+#define FM_API_VERSION 1
+#define FM_MAXARGS 4
+#define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
+#define FM_KEEP 3     /* whole runs remembered per record */
+
+/* A chunk kernel: NumPy's inner-loop signature (PyUFuncGenericFunction). */
+typedef void (*fm_loop)(char **args, intptr_t const *count, intptr_t const *steps, void *data);
+
+/* One parallel call: `loop` over n elements of args (each advanced by its step), in pieces
+ * of `piece` elements claimed one at a time by the caller and the pool's threads. */
+typedef struct {
+    fm_loop loop;
+    void *data;
+    char *args[FM_MAXARGS];
+    intptr_t steps[FM_MAXARGS];
+    int nargs;
+    intptr_t n, piece;
+    _Atomic intptr_t next; /* next piece's first element */
+    atomic_int flags;      /* FP flags (FE_*) raised in the pool's threads */
+    int timed;             /* time the caller's pieces: caller_ns, caller_n */
+    long long caller_ns;
+    intptr_t caller_n;
+    fenv_t env;            /* the caller's: rounding, subnormal handling */
+} fm_job;
+
+/* The back-off record of one kernel at one length (see fm_split in _runtime.c): `left`
+ * runs still to keep whole, the next pause `skip`; `since` runs since one ran whole, and
+ * the time per element of the last FM_KEEP that did (picoseconds; 0: none yet). */
+typedef struct {
+    atomic_int left, skip, since, kept;
+    atomic_uint whole[FM_KEEP];
+} fm_pace;
+
+enum { FM_NOT_RUN = 0, FM_SPLIT = 1, FM_WHOLE_PACED = 2, FM_WHOLE_SAMPLED = 3 };
+
+typedef struct {
+    int version;
+    /* Run job split over the pool, or whole where the back-off of `paces` (FM_BUCKETS
+     * records) says a split loses now, on up to `threads` threads (0: the runtime's
+     * setting); FM_NOT_RUN when the pool is busy or one thread is all there is (the caller
+     * then runs it itself). The flags of a split are raised in the caller's thread. */
+    int (*split)(fm_pace *paces, fm_job *job, int threads);
+    /* The lower level, for a caller with work to do between starting and finishing:
+     * begin() takes the pool (0: busy), start() wakes up to threads - 1 workers on job
+     * (0: none could start, nothing ran), finish() runs the caller's share and waits for
+     * the workers that joined, end() gives the pool back. */
+    int (*begin)(void);
+    int (*start)(fm_job *job, int threads);
+    void (*finish)(fm_job *job);
+    void (*end)(void);
+    int (*threads)(void);
+    unsigned (*one_thread_ps)(fm_pace *pace);
+    fm_pace *(*pace_of)(fm_pace *paces, intptr_t n);
+} fm_api;
+
+/* What the job would have taken in one thread: the caller's CPU time for its own pieces,
+ * scaled to all of them; -1 when the caller ran none. */
+static inline long long fm_alone_ns(const fm_job *job)
+{
+    return job->caller_n > 0 ? (long long)((double)job->caller_ns * job->n / job->caller_n) : -1;
+}
+
+#endif
