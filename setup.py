@@ -85,7 +85,7 @@ setup(
                  # _loops imports its C interface
                  _Extension("fastmath.dispatch._runtime", ["fastmath/dispatch/_runtime.c"],
                             depends=["fastmath/dispatch/_runtime.h"], optional=True,
-                            extra_compile_args=["-O2", "-std=c11"]),
+                            extra_compile_args=["-O3", "-std=c11"]),
                  # _hot.c: the ufuncs' fast path in C (fastmath/frontends/_ufunc.py uses it when built)
                  _Extension("fastmath.integrations._loops", ["fastmath/integrations/_loops.c",
                                                              "fastmath/frontends/_hot.c"],

@@ -22,9 +22,11 @@
  * The pacing (fm_split). A split is worth it only when it finishes sooner than the call run
  * whole would, on this machine now: a busy core, another library's threads spinning after
  * their own call (OpenBLAS's, OpenMP's), or a call too short for the handoff make it lose.
- * Every split is timed against the caller's CPU time for its own pieces scaled to all of
- * them (what one thread would have taken), and against the median of the last calls of
- * that kernel and length that ran whole; a split that lost by a twentieth sends the next
+ * Every split is timed against the median of the last calls of that kernel and length
+ * that ran whole, and the first and one in cpu_every (8) also against the caller's CPU time
+ * for its own pieces scaled to all of them (what one thread would have taken; reading a
+ * thread's CPU clock is a system call, 0.55 us on a VM); a split that lost by a twentieth
+ * sends the next
  * `skip` calls of that kernel and length whole (doubling while splits keep losing, up to
  * MOST_PAUSE, halving when one wins), and one call in SAMPLE runs whole to keep that time.
  * Clocks: the real ones, or, for tests (_set_clock), Python callables returning seconds.
@@ -121,6 +123,7 @@ static atomic_llong spin_ns = 100000;
 static atomic_ulong parks = 0, joins = 0;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int pacing = 1;
+static atomic_int cpu_every = 8;
 static _Thread_local long long last_alone_ns = -1;
 
 static intptr_t run_pieces(fm_job *job)
@@ -141,27 +144,37 @@ static intptr_t run_pieces(fm_job *job)
     }
 }
 
-/* Wait until a call newer than *seen starts: spin for spin_ns, then park. */
+/* Wait until a call newer than *seen starts: spin for spin_ns, then park. The first
+ * microseconds spin on pause instructions; after that each look at the counter is
+ * followed by sched_yield(), so that a thread of another pool (BLAS's, after a matrix
+ * product) or of another process that shares the core runs first. */
+#define EAGER_NS 20000
 static void wait_for_call(unsigned long *seen)
 {
     long long limit = atomic_load_explicit(&spin_ns, memory_order_relaxed);
-    long long until = -1;
-    for (unsigned spins = 0;; spins++) {
-        unsigned long g = atomic_load_explicit(&generation, memory_order_acquire);
-        if (g != *seen) {
-            *seen = g;
+    long long start = real_wall_ns();
+    long long eager = start + (EAGER_NS < limit ? EAGER_NS : limit), until = start + limit;
+    int yielding = 0;
+    for (unsigned spins = 1;; spins++) {
+        if (atomic_load_explicit(&generation, memory_order_acquire) != *seen) {
+            *seen = atomic_load(&generation);
             return;
         }
-        if ((spins & 255) == 0) {
-            long long now = real_wall_ns();
-            if (until < 0) {
-                until = now + limit;
+        if (yielding) {
+            sched_yield();
+            if ((spins & 7) == 0 && real_wall_ns() >= until) {
+                break;
             }
-            else if (now >= until) {
+            continue;
+        }
+        RELAX();
+        if ((spins & 63) == 0) {
+            long long now = real_wall_ns();
+            yielding = now >= eager;
+            if (now >= until) {
                 break;
             }
         }
-        RELAX();
     }
     pthread_mutex_lock(&lock);
     atomic_fetch_add(&sleepers, 1); /* seq_cst: a caller that misses it sees our generation */
@@ -308,7 +321,7 @@ static void run_whole(fm_pace *pace, fm_job *job)
     intptr_t n = job->n;
     job->loop(job->args, &n, job->steps, job->data);
     double ps = (wall_ns() - t0) * 1e3 / (double)n;
-    unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)ps;
+    unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)(ps + 0.5);
     int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
     atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
     atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
@@ -357,7 +370,9 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
             return left > 0 ? FM_WHOLE_PACED : FM_WHOLE_SAMPLED;
         }
     }
-    job->timed = paced;
+    job->timed = paced
+                 && atomic_fetch_add_explicit(&pace->splits, 1, memory_order_relaxed)
+                    % atomic_load_explicit(&cpu_every, memory_order_relaxed) == 0;
     long long t0 = paced ? wall_ns() : 0;
     int ran = fm_start(job, threads);
     if (ran) {
@@ -369,7 +384,7 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
     }
     if (paced) {
         long long wall = wall_ns() - t0;
-        long long alone = fm_alone_ns(job);
+        long long alone = job->timed ? fm_alone_ns(job) : -1;
         int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
         skip = skip < 1 ? 1 : skip;
         unsigned whole = fm_one_thread_ps(pace);
@@ -502,6 +517,78 @@ static PyObject *py_unary(PyObject *self, PyObject *args)
     return PyLong_FromLong(info->no_floatingpoint_errors ? 0 : fpe_bits(raised));
 }
 
+/* ---- is every element finite? ----------------------------------------------------- */
+
+/* A float's magnitude bits plus the smallest exponent step carry into the sign bit exactly
+ * when the exponent is all ones (inf or NaN): one add and one or an element, which every
+ * SIMD width vectorizes. */
+typedef struct {
+    atomic_int seen; /* a piece saw an inf or a NaN */
+} Scan;
+
+static void scan64(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+{
+    (void)steps;
+    const uint64_t *b = (const uint64_t *)args[0];
+    uint64_t acc = 0;
+    for (intptr_t i = 0; i < *count; i++) {
+        acc |= (b[i] & 0x7fffffffffffffffULL) + 0x0010000000000000ULL;
+    }
+    if (acc >> 63) {
+        atomic_store_explicit(&((Scan *)data)->seen, 1, memory_order_relaxed);
+    }
+}
+
+static void scan32(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+{
+    (void)steps;
+    const uint32_t *b = (const uint32_t *)args[0];
+    uint32_t acc = 0;
+    for (intptr_t i = 0; i < *count; i++) {
+        acc |= (b[i] & 0x7fffffffu) + 0x00800000u;
+    }
+    if (acc >> 31) {
+        atomic_store_explicit(&((Scan *)data)->seen, 1, memory_order_relaxed);
+    }
+}
+
+static fm_pace scan_paces[2][FM_BUCKETS];
+#define SCAN_MIN_SPLIT (1 << 16) /* elements: below, one thread reads them faster */
+
+/* finite(a) -> bool, or None where a is not a contiguous float32/float64 array */
+static PyObject *py_finite(PyObject *self, PyObject *arg)
+{
+    if (!PyArray_Check(arg)) {
+        Py_RETURN_NONE;
+    }
+    PyArrayObject *a = (PyArrayObject *)arg;
+    int t = PyArray_TYPE(a);
+    if ((t != NPY_FLOAT64 && t != NPY_FLOAT32) || (PyArray_FLAGS(a) & NEED) != NEED) {
+        Py_RETURN_NONE;
+    }
+    Scan scan;
+    atomic_init(&scan.seen, 0);
+    fm_job job;
+    job.loop = t == NPY_FLOAT64 ? scan64 : scan32;
+    job.data = &scan;
+    job.args[0] = PyArray_BYTES(a);
+    job.steps[0] = PyArray_ITEMSIZE(a);
+    job.nargs = 1;
+    job.n = PyArray_SIZE(a);
+    job.piece = 1 << 15;
+    job.timed = 0;
+    if (job.n == 0) {
+        Py_RETURN_TRUE;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (job.n < SCAN_MIN_SPLIT || fm_split(scan_paces[t == NPY_FLOAT64], &job, 0) == FM_NOT_RUN) {
+        intptr_t n = job.n;
+        job.loop(job.args, &n, job.steps, job.data);
+    }
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(!atomic_load(&scan.seen));
+}
+
 static PyObject *py_new_pace(PyObject *self, PyObject *unused)
 {
     int k = atomic_load(&npaces); /* under the GIL */
@@ -589,6 +676,19 @@ static PyObject *py_set_pacing(PyObject *self, PyObject *args)
         return NULL;
     }
     return PyBool_FromLong(atomic_exchange(&pacing, on));
+}
+
+static PyObject *py_set_cpu_every(PyObject *self, PyObject *args)
+{
+    int n;
+    if (!PyArg_ParseTuple(args, "i", &n)) {
+        return NULL;
+    }
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "cpu_every must be at least 1, got %d", n);
+        return NULL;
+    }
+    return PyLong_FromLong(atomic_exchange(&cpu_every, n));
 }
 
 static PyObject *py_set_clock(PyObject *self, PyObject *args)
@@ -705,6 +805,9 @@ static PyMethodDef methods[] = {
      "split over the pool (up to `threads` threads; 0: set_threads') from min_split\n"
      "elements when pacing record `pace` says a split wins, in pieces of `piece` elements\n"
      "(0: four a thread, at least 1024)"},
+    {"finite", py_finite, METH_O,
+     "finite(a) -> whether every element of a is finite (no inf, no NaN), or None where a\n"
+     "is not a contiguous float32/float64 array; one read, split over the pool when long"},
     {"new_pace", py_new_pace, METH_NOARGS, "new_pace() -> a new pacing record's number"},
     {"pace", py_pace, METH_VARARGS,
      "pace(number, n) -> {left, skip, since, kept, one_thread}: the back-off record of calls\n"
@@ -715,6 +818,10 @@ static PyMethodDef methods[] = {
      "set_spin(seconds) -> previous: how long a worker spins after a call before it parks"},
     {"set_pacing", py_set_pacing, METH_VARARGS,
      "set_pacing(bool) -> previous: splits back off while they lose (on by default)"},
+    {"set_cpu_every", py_set_cpu_every, METH_VARARGS,
+     "set_cpu_every(n) -> previous: the first split of a kernel and length, and one in n\n"
+     "after, are also judged by the caller's CPU time for its pieces (a system call a\n"
+     "reading)"},
     {"_set_clock", py_set_clock, METH_VARARGS,
      "_set_clock(wall, cpu): for tests, the pacing's clocks are these callables (seconds:\n"
      "the time, and the calling thread's CPU time); None, None puts the real ones back"},

@@ -36,9 +36,10 @@ typedef struct {
 
 /* The back-off record of one kernel at one length (see fm_split in _runtime.c): `left`
  * runs still to keep whole, the next pause `skip`; `since` runs since one ran whole, and
- * the time per element of the last FM_KEEP that did (picoseconds; 0: none yet). */
+ * the time per element of the last FM_KEEP that did (picoseconds; 0: none yet); `splits`
+ * counts the splits (the first and one in every few read the caller's CPU time). */
 typedef struct {
-    atomic_int left, skip, since, kept;
+    atomic_int left, skip, since, kept, splits;
     atomic_uint whole[FM_KEEP];
 } fm_pace;
 

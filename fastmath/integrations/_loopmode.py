@@ -20,9 +20,9 @@ from ._nested import Nested
 
 # how many elements of exp-like cost a run must have before a second thread pays, and
 # how many each piece holds (pieces are handed out dynamically, so a busy core takes fewer)
-_SPLIT_AT = 65536
+_SPLIT_AT = 8192
 _PIECE = 16384
-_MIN_SPLIT = 4096  # never below: waking a thread costs some microseconds
+_MIN_SPLIT = 2048  # never below: a split costs a microsecond or two even with its threads spinning
 # memory-bound loops: a few operations per element, where a piece is mostly memory traffic
 _CHEAP = {"add", "subtract", "multiply", "divide", "true_divide", "negative", "positive",
           "absolute", "fabs", "maximum", "minimum", "fmax", "fmin", "square", "reciprocal",

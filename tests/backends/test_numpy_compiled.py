@@ -122,9 +122,11 @@ def clocks():
     wall, cpu = FakeClock(tick=1e-3), FakeClock()
     _runtime._set_clock(wall, cpu)
     before = _runtime.set_pacing(True)
+    every = _runtime.set_cpu_every(1)  # every split reads the caller's CPU time
     yield wall, cpu
     _runtime._set_clock(None, None)
     _runtime.set_pacing(before)
+    _runtime.set_cpu_every(every)
 
 
 def _kernel():
@@ -220,3 +222,24 @@ def test_scipys_ufuncs_never_run_on_the_compiled_pool(fresh, spy):
         same(fastmath.erf(x), scipy.special.erf(x))
         same(fastmath.expit(x), scipy.special.expit(x))
     assert not spy
+
+
+def test_one_split_in_eight_reads_the_callers_cpu_time(clocks):
+    """Reading a thread's CPU clock is a system call (about 0.55 us on a VM, two a split):
+    the first split of a kernel and length reads it, then one in eight."""
+    wall, cpu = clocks
+    cpu.tick = 1.0  # every split wins: as fast as a whole call, and the caller's CPU time
+    _runtime.set_cpu_every(8)
+    kernel = _kernel()
+    x = np.random.default_rng(7).standard_normal(N // 2 + 1)  # a length of its own
+    out = np.empty_like(x)
+    reads = []
+    for _ in range(40):
+        before = cpu.reads
+        kernel._compiled(x, out)
+        reads.append(cpu.reads - before)
+    same(out, np.exp(x))
+    timed = [i for i, r in enumerate(reads) if r]
+    assert all(reads[i] == 2 for i in timed), reads
+    splits = [i for i in range(40) if i != 1]  # the second call runs whole, timed
+    assert timed == [splits[k] for k in range(0, len(splits), 8)], reads

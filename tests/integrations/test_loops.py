@@ -433,8 +433,10 @@ def clocks():
     tests below decide whether a split lost, whatever the load on this machine."""
     wall, cpu = FakeClock(), FakeClock()
     _loopmode._runtime._set_clock(wall, cpu)
+    every = _loopmode._runtime.set_cpu_every(1)  # every split reads the caller's CPU time
     yield wall, cpu
     _loopmode._runtime._set_clock(None, None)
+    _loopmode._runtime.set_cpu_every(every)
 
 
 def _ways(key, runs):
