@@ -12,19 +12,46 @@ from .._numpy import np
 from ..dispatch import _fpe
 
 
+# What a kernel that keeps no flags must do about them now (``need``): nothing (no category
+# is watched), look for an inf or a NaN in its output, or leave the search to the front end
+# (underflow is watched, and leaves no trace in the output).
+NOTHING, LOOK, UNKNOWN = 0, 1, 2
+
+
+def need(fpe: bool) -> int:
+    """NOTHING, LOOK or UNKNOWN for a function that can raise flags (``fpe``) or not."""
+    if not fpe:
+        return NOTHING
+    modes = _fpe.error_modes()
+    if not _fpe.watched(True, modes):
+        return NOTHING
+    return UNKNOWN if _fpe.underflow_matters(modes) else LOOK
+
+
 def flags_possible(out) -> bool:
     """Whether NumPy could have raised a flag computing what is now in ``out``.
 
-    Divide-by-zero, overflow and invalid only ever leave an inf or a NaN, and either makes
-    the sum of the output an inf or a NaN (a finite sum that overflows only sends the call
-    to the full check). One read-only, allocation-free SIMD pass answers where the front
-    end would otherwise test every element into a temporary mask and then scan the mask.
-    Underflow leaves no such trace: when it is watched, the front end's full check runs.
+    Divide-by-zero, overflow and invalid only ever leave an inf or a NaN in the output.
+    One read-only, allocation-free pass answers (the runtime's ``finite``: one add and one
+    or an element, split over the pool when long; else the sum of the output, which an
+    inf or a NaN makes non-finite), where the front end would otherwise test every
+    element into a temporary mask and then scan the mask. Underflow leaves no such trace:
+    when it is watched, the front end's full check runs.
     """
     modes = _fpe.error_modes()
     if not _fpe.watched(True, modes) or out.size == 0:
         return False
     if _fpe.underflow_matters(modes):
         return True
+    if _runtime is not None:
+        finite = _runtime.finite(out)
+        if finite is not None:
+            return not finite
     with np.errstate(over="ignore", invalid="ignore"):
         return not math.isfinite(np.add.reduce(out, axis=None))
+
+
+try:
+    from ..dispatch import _runtime
+except ImportError:  # built without a C compiler
+    _runtime = None

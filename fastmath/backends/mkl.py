@@ -8,11 +8,15 @@ floating-point flags, so where the output shows a flag could have arisen kernels
 UNCHECKED and the front end derives NumPy's (backends/_flags.py).
 Subnormal handling is left as the thread has it (NumPy's default: no flush to zero).
 
-Work is cut into one contiguous chunk per thread of fastmath's pool, and MKL runs each
-chunk on the thread that called it (its own threading is turned off for the call, in
-that thread only, and restored after): MKL's OpenMP threads and fastmath's would
-otherwise compete for the same cores. The 64-bit-count entry points (``vmdExp_64``) take
-any size, whatever MKL's integer interface.
+Calls run on fastmath's native runtime (fastmath/dispatch/_runtime.c): VML's entry point,
+by its address, over pieces that the caller and the pool's threads claim, each piece in
+its thread alone (MKL's own threading is off in the pool's threads, and in the caller's for
+the call only), paced as every other splitter is; each piece's output is looked at for an
+inf or a NaN while it is in cache, where NumPy's flags are watched. One pool, not two:
+MKL's OpenMP threads spin for a while after each of its calls (Intel OpenMP, 200 ms unless
+KMP_BLOCKTIME says otherwise) and would compete with fastmath's and BLAS's for the same
+cores. Without the runtime (no C compiler) the Python pool runs one chunk per thread. The
+64-bit-count entry points (``vmdExp_64``) take any size, whatever MKL's integer interface.
 
 Only native float32/float64 arrays laid out contiguously in one order are taken (input
 and output alike); anything else is declined and goes to the next backend. On a CPU
@@ -30,7 +34,12 @@ from .._numpy import np
 
 from ..dispatch import _parallel
 from . import UNCHECKED
-from ._flags import flags_possible
+from ._flags import LOOK, NOTHING, flags_possible, need
+
+try:
+    from ..dispatch import _runtime
+except ImportError:  # built without a C compiler: the Python pool
+    _runtime = None
 
 # mkl_vml_defines.h: high accuracy, errors ignored, FTZ/DAZ as is. Not VML_ERRMODE_NOERR
 # (0x2000): with it, float32 exp of +-inf gave NaN on an Intel Xeon (AVX-512, oneMKL
@@ -45,6 +54,9 @@ MODE = VML_HA | VML_ERRMODE_IGNORE
 # at 10^5 float32 elements took 144 us of CPU on one core of the 2-core AMD EPYC, where
 # two threads finish in about half that.
 PARALLEL_MIN_BYTES = 1 << 19
+# On the runtime, whose threads spin between calls, splitting may pay from this much output
+# (over the row's cost); its pacing decides.
+RUNTIME_MIN_BYTES = 1 << 15
 _PREFIX = {np.dtype(np.float32): "vms", np.dtype(np.float64): "vmd"}
 _NAMES = {"linux": ("libmkl_rt.so.3", "libmkl_rt.so.2", "libmkl_rt.so"),
           "darwin": ("libmkl_rt.2.dylib", "libmkl_rt.dylib"),
@@ -106,6 +118,8 @@ def load():
         return None
     setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
     _set_local_threads, _lib = setter, lib
+    if _runtime is not None:
+        _runtime.set_mkl_threads_local(ctypes.cast(setter, ctypes.c_void_p).value)
     return lib
 
 
@@ -175,24 +189,44 @@ class MklBackend:
         if name is None or spec.kind not in ("unary", "binary") or load() is None:
             return None
         return (_Unary if spec.kind == "unary" else _Binary)(name, spec.fpe,
-                                                             PARALLEL_MIN_BYTES / spec.cost)
+                                                             PARALLEL_MIN_BYTES / spec.cost,
+                                                             spec.cost)
 
 
 class _Kernel:
-    __slots__ = ("fns", "fpe", "scalar", "min_bytes")
+    __slots__ = ("fns", "fpe", "scalar", "min_bytes", "addresses", "pace", "min_split")
 
     def done(self, out):
         """What the front end must do about NumPy's FP errors (see backends/__init__.py)."""
         return UNCHECKED if self.fpe and flags_possible(out) else 0
 
+    def _on_runtime(self, fns, cost):
+        self.addresses = {dt: ctypes.cast(fn, ctypes.c_void_p).value for dt, fn in fns.items()}
+        self.pace = _runtime.new_pace() if _runtime is not None else -1
+        self.min_split = RUNTIME_MIN_BYTES / cost
+
+    def _run(self, ins, out):
+        """The call on the runtime, what is left to do about FP errors; None where it
+        cannot take it (the Python pool's path then runs)."""
+        if self.pace < 0:
+            return None
+        todo = need(self.fpe)
+        seen = _runtime.vml(self.addresses[out.dtype], ins, out, MODE, self.pace,
+                            int(self.min_split / out.itemsize), _parallel.threads(),
+                            todo == LOOK)
+        if seen is None:
+            return None
+        return 0 if todo == NOTHING or (todo == LOOK and not seen) else UNCHECKED
+
 
 class _Unary(_Kernel):
     __slots__ = ()
 
-    def __init__(self, name, fpe, min_bytes):
+    def __init__(self, name, fpe, min_bytes, cost):
         self.fpe, self.scalar, self.min_bytes = fpe, None, min_bytes
         self.fns = {dt: _function(name, dt, 1) for dt in _PREFIX
                     if name not in FLOAT32_ONLY or dt == np.float32}
+        self._on_runtime(self.fns, cost)
 
     def __call__(self, x, out):
         fn = self.fns.get(x.dtype)
@@ -202,6 +236,9 @@ class _Unary(_Kernel):
             return 0
         if _layout((x, out)) is None:
             return NotImplemented
+        status = self._run((x,), out)
+        if status is not None:
+            return status
         _run(lambda n, xp, op: fn(n, xp, op, MODE), (x, out), out.nbytes, self.min_bytes)
         return self.done(out)
 
@@ -211,9 +248,10 @@ class _Binary(_Kernel):
 
     __slots__ = ()
 
-    def __init__(self, name, fpe, min_bytes):
+    def __init__(self, name, fpe, min_bytes, cost):
         self.fpe, self.min_bytes = fpe, min_bytes
         self.fns = {dt: _function(name, dt, 2) for dt in _PREFIX}
+        self._on_runtime(self.fns, cost)
         self.scalar = {dt: _function(name, dt, 1, "x") for dt in _PREFIX} if name == "Pow" else None
 
     def __call__(self, x1, x2, out):
@@ -224,6 +262,9 @@ class _Binary(_Kernel):
         if out.size == 0:
             return 0
         if x2.shape == out.shape and _layout((x1, x2, out)) is not None:
+            status = self._run((x1, x2), out)
+            if status is not None:
+                return status
             _run(lambda n, p1, p2, po: fn(n, p1, p2, po, MODE), (x1, x2, out), out.nbytes,
                  self.min_bytes)
             return self.done(out)

@@ -26,9 +26,10 @@
  * that ran whole, and the first and one in cpu_every (8) also against the caller's CPU time
  * for its own pieces scaled to all of them (what one thread would have taken; reading a
  * thread's CPU clock is a system call, 0.55 us on a VM); a split that lost by a twentieth
- * sends the next
- * `skip` calls of that kernel and length whole (doubling while splits keep losing, up to
- * MOST_PAUSE, halving when one wins), and one call in SAMPLE runs whole to keep that time.
+ * sends the next `skip` calls of that kernel and length whole (doubling while splits keep
+ * losing, up to MOST_PAUSE, halving when one wins), and one call in SAMPLE runs whole to
+ * keep that time. A split that had to wake a parked worker is not counted a loss: the
+ * wake-up is no sign of a busy core.
  * Clocks: the real ones, or, for tests (_set_clock), Python callables returning seconds.
  */
 #define PY_SSIZE_T_CLEAN
@@ -187,9 +188,12 @@ static void wait_for_call(unsigned long *seen)
     *seen = atomic_load(&generation);
 }
 
+static _Thread_local int is_worker;
+
 static void *worker(void *unused)
 {
     (void)unused;
+    is_worker = 1;
     unsigned long seen = atomic_load(&generation);
     for (;;) {
         wait_for_call(&seen);
@@ -271,12 +275,15 @@ static int fm_start(fm_job *job, int threads)
     atomic_init(&job->next, 0);
     atomic_init(&job->flags, 0);
     fegetenv(&job->env);
+    int starting = nworkers < threads - 1; /* a new thread, like a parked one, is slow to come */
     if (ensure_workers(threads - 1) == 0) {
+        job->woke = 0;
         return 0;
     }
     atomic_store(&current, job);
     atomic_fetch_add(&generation, 1); /* seq_cst, then the sleepers read: see wait_for_call */
-    if (atomic_load(&sleepers) > 0) {
+    job->woke = starting || atomic_load(&sleepers) > 0;
+    if (job->woke) {
         pthread_mutex_lock(&lock);
         pthread_cond_broadcast(&wake);
         pthread_mutex_unlock(&lock);
@@ -388,8 +395,15 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
         int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
         skip = skip < 1 ? 1 : skip;
         unsigned whole = fm_one_thread_ps(pace);
-        if ((alone >= 0 && wall * 100 > alone * 105)
-                || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)job->n)) {
+        int lost = (alone >= 0 && wall * 100 > alone * 105)
+                   || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)job->n);
+        if (lost && job->woke) {
+            /* A worker had parked (the calls kept whole by a pause leave it time to): its
+             * wake-up, 30 us to over a millisecond on a VM, is no sign of a busy core, and
+             * counting it a loss made every pause end in another, longer one. The next
+             * split, its workers spinning, decides. */
+        }
+        else if (lost) {
             atomic_store_explicit(&pace->left, skip, memory_order_relaxed);
             atomic_store_explicit(&pace->skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
                                   memory_order_relaxed);
@@ -587,6 +601,152 @@ static PyObject *py_finite(PyObject *self, PyObject *arg)
     }
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(!atomic_load(&scan.seen));
+}
+
+/* ---- MKL's vector math (VML) -------------------------------------------------------- */
+
+/* VML's 64-bit-count entry points (vmdExp_64 and the like): one or two inputs, one output,
+ * the mode last. Their addresses come from the loaded libmkl_rt (backends/mkl.py). */
+typedef void (*vml1_fn)(int64_t n, const void *a, void *r, int64_t mode);
+typedef void (*vml2_fn)(int64_t n, const void *a, const void *b, void *r, int64_t mode);
+typedef int (*set_local_fn)(int n); /* MKL_Set_Num_Threads_Local: returns the previous */
+
+static set_local_fn _Atomic mkl_set_local = NULL;
+static _Thread_local int worker_mkl_single = 0;
+
+typedef struct {
+    void *fn;
+    int nin, check, wide;
+    int64_t mode;
+    Scan scan;
+} Vml;
+
+/* One piece: VML on it, in this thread alone (MKL's own threads would compete with the
+ * pool's for the same cores), then, where the caller asks, a look at the piece's output
+ * while it is in cache: VML keeps no FP flags, and only an inf or a NaN in the output can
+ * show that NumPy would have raised one (backends/_flags.py). */
+static void vml_piece(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+{
+    Vml *v = data;
+    if (is_worker && !worker_mkl_single) {
+        set_local_fn set = atomic_load(&mkl_set_local);
+        if (set != NULL) {
+            set(1); /* a pool thread: for good */
+        }
+        worker_mkl_single = 1;
+    }
+    if (v->nin == 1) {
+        ((vml1_fn)v->fn)(*count, args[0], args[1], v->mode);
+    }
+    else {
+        ((vml2_fn)v->fn)(*count, args[0], args[1], args[2], v->mode);
+    }
+    if (v->check && !atomic_load_explicit(&v->scan.seen, memory_order_relaxed)) {
+        (v->wide ? scan64 : scan32)(&args[v->nin], count, &steps[v->nin], &v->scan);
+    }
+}
+
+static int contiguous_alike(PyArrayObject **a, int n, int *order)
+{
+    for (int o = 0; o < 2; o++) {
+        int flag = o == 0 ? NPY_ARRAY_C_CONTIGUOUS : NPY_ARRAY_F_CONTIGUOUS;
+        int all = 1;
+        for (int k = 0; k < n && all; k++) {
+            all = (PyArray_FLAGS(a[k]) & (flag | NPY_ARRAY_ALIGNED)) == (flag | NPY_ARRAY_ALIGNED);
+        }
+        if (all) {
+            *order = o;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* vml(fn, ins, out, mode, pace, min_split, threads, check) -> bool or None */
+static PyObject *py_vml(PyObject *self, PyObject *args)
+{
+    unsigned long long fn;
+    PyObject *ins, *oo;
+    long long mode;
+    int pace, threads, check;
+    Py_ssize_t min_split;
+    if (!PyArg_ParseTuple(args, "KO!OLinip", &fn, &PyTuple_Type, &ins, &oo, &mode, &pace,
+                          &min_split, &threads, &check)) {
+        return NULL;
+    }
+    int nin = (int)PyTuple_GET_SIZE(ins);
+    if (fn == 0 || nin < 1 || nin > 2 || pace < 0 || pace >= atomic_load(&npaces)) {
+        PyErr_SetString(PyExc_ValueError, "vml(function address, 1 or 2 inputs, out, mode, "
+                                          "pace from new_pace(), min_split, threads, check)");
+        return NULL;
+    }
+    PyArrayObject *arr[3];
+    for (int k = 0; k <= nin; k++) {
+        PyObject *o = k < nin ? PyTuple_GET_ITEM(ins, k) : oo;
+        if (!PyArray_Check(o)) {
+            Py_RETURN_NONE;
+        }
+        arr[k] = (PyArrayObject *)o;
+    }
+    PyArrayObject *out = arr[nin];
+    int t = PyArray_TYPE(out), order;
+    npy_intp n = PyArray_SIZE(out);
+    if ((t != NPY_FLOAT64 && t != NPY_FLOAT32) || !(PyArray_FLAGS(out) & NPY_ARRAY_WRITEABLE)
+            || !contiguous_alike(arr, nin + 1, &order)) {
+        Py_RETURN_NONE;
+    }
+    for (int k = 0; k < nin; k++) {
+        if (PyArray_TYPE(arr[k]) != t || PyArray_SIZE(arr[k]) != n
+                || !PyArray_ISNOTSWAPPED(arr[k])) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (!PyArray_ISNOTSWAPPED(out)) {
+        Py_RETURN_NONE;
+    }
+    Vml v = {.fn = (void *)(uintptr_t)fn, .nin = nin, .check = check, .wide = t == NPY_FLOAT64,
+             .mode = mode};
+    atomic_init(&v.scan.seen, 0);
+    if (n == 0) {
+        Py_RETURN_FALSE;
+    }
+    fm_job job;
+    job.loop = vml_piece;
+    job.data = &v;
+    job.nargs = nin + 1;
+    for (int k = 0; k <= nin; k++) {
+        job.args[k] = PyArray_BYTES(arr[k]);
+        job.steps[k] = PyArray_ITEMSIZE(out);
+    }
+    job.n = n;
+    threads = threads > 0 ? threads : fm_threads();
+    job.piece = n / (4 * threads) > 1024 ? n / (4 * threads) : 1024;
+    job.timed = 0;
+    fenv_t env;
+    Py_BEGIN_ALLOW_THREADS
+    fegetenv(&env); /* VML's flags (it raises some, in no pattern NumPy's follow) are dropped */
+    set_local_fn set = atomic_load(&mkl_set_local);
+    int before = set != NULL ? set(1) : 0; /* the caller's own setting comes back after */
+    if (n < min_split || fm_split(paces[pace], &job, threads) == FM_NOT_RUN) {
+        intptr_t count = n;
+        vml_piece(job.args, &count, job.steps, &v);
+    }
+    if (set != NULL) {
+        set(before);
+    }
+    fesetenv(&env);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(atomic_load(&v.scan.seen));
+}
+
+static PyObject *py_set_mkl_threads_local(PyObject *self, PyObject *args)
+{
+    unsigned long long fn;
+    if (!PyArg_ParseTuple(args, "K", &fn)) {
+        return NULL;
+    }
+    atomic_store(&mkl_set_local, (set_local_fn)(uintptr_t)fn);
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_new_pace(PyObject *self, PyObject *unused)
@@ -808,6 +968,16 @@ static PyMethodDef methods[] = {
     {"finite", py_finite, METH_O,
      "finite(a) -> whether every element of a is finite (no inf, no NaN), or None where a\n"
      "is not a contiguous float32/float64 array; one read, split over the pool when long"},
+    {"vml", py_vml, METH_VARARGS,
+     "vml(fn, ins, out, mode, pace, min_split, threads, check) -> bool, or None where it\n"
+     "cannot take the call: VML's entry point at address fn (vmdExp_64 and the like: one\n"
+     "or two inputs) over contiguous float32/float64 arrays of one order, in VML mode\n"
+     "`mode`, split over the pool from min_split elements as pacing record `pace` says, each\n"
+     "piece in its thread alone; with check, whether the output holds an inf or a NaN\n"
+     "(looked for piece by piece, while in cache)"},
+    {"set_mkl_threads_local", py_set_mkl_threads_local, METH_VARARGS,
+     "set_mkl_threads_local(address of MKL_Set_Num_Threads_Local): VML runs one thread in\n"
+     "each piece"},
     {"new_pace", py_new_pace, METH_NOARGS, "new_pace() -> a new pacing record's number"},
     {"pace", py_pace, METH_VARARGS,
      "pace(number, n) -> {left, skip, since, kept, one_thread}: the back-off record of calls\n"

@@ -29,6 +29,7 @@ typedef struct {
     _Atomic intptr_t next; /* next piece's first element */
     atomic_int flags;      /* FP flags (FE_*) raised in the pool's threads */
     int timed;             /* time the caller's pieces: caller_ns, caller_n */
+    int woke;              /* set by start(): a worker was parked when it began */
     long long caller_ns;
     intptr_t caller_n;
     fenv_t env;            /* the caller's: rounding, subnormal handling */

@@ -5,6 +5,7 @@ threads, fastmath/dispatch/_runtime.c) and the runtime's back-off per call size.
 Oracle: NumPy's own call on the same input, bit for bit (the very loop runs on every
 piece), with NumPy's warnings and exceptions under ``np.errstate``.
 """
+import time
 import warnings
 
 import numpy as np
@@ -123,10 +124,14 @@ def clocks():
     _runtime._set_clock(wall, cpu)
     before = _runtime.set_pacing(True)
     every = _runtime.set_cpu_every(1)  # every split reads the caller's CPU time
+    # workers that never park between the calls: a split that woke a parked one is not
+    # judged (its wake-up is no sign of a busy core), and these tests judge every split
+    spin = _runtime.set_spin(0.5)
     yield wall, cpu
     _runtime._set_clock(None, None)
     _runtime.set_pacing(before)
     _runtime.set_cpu_every(every)
+    _runtime.set_spin(spin)
 
 
 def _kernel():
@@ -243,3 +248,36 @@ def test_one_split_in_eight_reads_the_callers_cpu_time(clocks):
     assert all(reads[i] == 2 for i in timed), reads
     splits = [i for i in range(40) if i != 1]  # the second call runs whole, timed
     assert timed == [splits[k] for k in range(0, len(splits), 8)], reads
+
+
+def test_a_split_that_woke_a_parked_worker_is_not_judged(clocks):
+    """A worker parks once its spin runs out; waking it takes 30 us to over a millisecond on
+    a VM, which says nothing about a busy core. Counting such a split a loss made every
+    pause end in a longer one (the paused calls leave the workers time to park). Here
+    workers park at once and every split is slower than the calls run whole: none is
+    judged, so no call is kept whole beyond the timed samples."""
+    wall, cpu = clocks
+    cpu.tick = 0.0
+
+    def cpu_reading():
+        wall.advance(1e-3)
+        return cpu()
+    _runtime._set_clock(wall, cpu_reading)
+    _runtime.set_spin(0.0)
+    _runtime.fixed_cost(1, 0)  # the pool started, then its workers parked (a spin begun
+    for _ in range(200):       # before set_spin runs its old course)
+        stats = _runtime.stats()
+        if stats["parked"] == stats["workers"]:
+            break
+        time.sleep(0.01)
+    kernel = _kernel()
+    x = np.random.default_rng(8).standard_normal(N // 4 + 3)  # a length of its own
+    out = np.empty_like(x)
+    for _ in range(12):
+        kernel._compiled(x, out)
+        assert _runtime.pace(kernel._pace, x.size)["left"] == 0
+    same(out, np.exp(x))
+    _runtime.set_spin(0.5)  # the workers spin again: the same splits now lose
+    kernel._compiled(x, out)  # (this one still finds its worker parked)
+    kernel._compiled(x, out)
+    assert _runtime.pace(kernel._pace, x.size)["left"] >= 1
