@@ -28,8 +28,8 @@ from .frontends._elementwise import Function
 from .frontends._linalg import einsum, vecdot
 from .frontends._ufunc import Ufunc
 
-# fastmath's own version (pyproject.toml reads it from here); __version__ stays NumPy's
-fastmath_version = "0.1.0"
+# fastmath's own version (fastmath/_version.py); __version__ stays NumPy's
+from ._version import VERSION as fastmath_version  # noqa: E402
 
 _FRONT_ENDS = {"unary": Ufunc, "binary": BinaryUfunc, "elementwise": Function}
 for _spec in _registry.ROWS:

@@ -1,4 +1,6 @@
 """Fixtures and hooks for every test; the helpers tests import are in helpers.py."""
+import os
+
 import pytest
 
 import fastmath
@@ -11,6 +13,24 @@ def _clean_selection():
     fastmath.set_backend("auto")
     yield
     fastmath.set_backend("auto")
+
+
+_THREAD_VARS = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+@pytest.fixture(autouse=True)
+def _thread_counts_as_at_start():
+    """A dask Nanny writes OMP_NUM_THREADS=1 and MKL_NUM_THREADS=1 into this process's own
+    environment (its pre-spawn environ): every test starts with the values the run began
+    with, so that a later reading of the configuration does not take the Nanny's 1 for
+    the user's budget."""
+    yield
+    for k, v in _THREAD_VARS.items():
+        if os.environ.get(k) != v:
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # Hypothesis profiles: "ci" (the default) is bounded and derandomized so CI is quick and

@@ -10,7 +10,8 @@ from fastmath.backends import NAMES
 PACKAGE = Path(__import__("fastmath").__file__).parent
 SUBPACKAGES = {"frontends", "dispatch", "backends", "integrations", "tools"}
 # the public surface and what must load before everything else
-TOP_LEVEL = {"__init__", "__main__", "_startup", "_numpy", "_registry", "special", "foreach"}
+TOP_LEVEL = {"__init__", "__main__", "_startup", "_numpy", "_registry", "_version", "special",
+             "foreach"}
 BACKEND_MODULES = {f"fastmath.backends.{n.split('-')[0]}" for n in NAMES}
 
 

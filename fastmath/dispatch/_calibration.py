@@ -122,7 +122,7 @@ def machine() -> dict:
     """What a calibration is only valid for: this CPU, its cores, threads and libraries."""
     import importlib.metadata
 
-    from .. import fastmath_version as __version__
+    from .._version import VERSION as __version__
 
     versions = {"fastmath": __version__}
     for lib in LIBRARIES:

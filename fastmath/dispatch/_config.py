@@ -39,6 +39,18 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _omp_threads(raw):
+    """OMP_NUM_THREADS's first level ("4", or "4,2" for nested regions), or None where it
+    is unset or not a positive integer (OpenMP runtimes say so themselves)."""
+    if not raw:
+        return None
+    try:
+        n = int(raw.split(",")[0].strip())
+    except ValueError:
+        return None
+    return n if n >= 1 else None
+
+
 @dataclass(frozen=True)
 class Config:
     backend: str = "auto"
@@ -69,6 +81,9 @@ def read(environ=None) -> Config:
                       stacklevel=_fpe.user_stacklevel())
     # an empty variable is an unset one, for every variable alike
     sources = {k: v for k, v in env.items() if k.startswith("FASTMATH_") and v.strip()}
+    omp = _omp_threads(env.get("OMP_NUM_THREADS"))
+    if omp is not None:  # the ecosystem's thread budget, where FASTMATH_NUM_THREADS is unset
+        sources["OMP_NUM_THREADS"] = env["OMP_NUM_THREADS"]
     env = sources
 
     def choose(var, key, valid, problem, fallback):
@@ -82,6 +97,8 @@ def read(environ=None) -> Config:
 
     choose("FASTMATH_BACKEND", "backend", BACKEND_NAMES, "is not a backend", "using 'auto'")
 
+    if omp is not None:
+        kw["num_threads"] = omp
     raw = env.get("FASTMATH_NUM_THREADS")
     if raw is not None:
         try:
@@ -91,6 +108,7 @@ def read(environ=None) -> Config:
             kw["num_threads"] = n
         except ValueError:
             _warn("FASTMATH_NUM_THREADS", raw, "is not a positive integer",
+                  f"using {omp} (OMP_NUM_THREADS)" if omp is not None else
                   f"using {default_threads()} (the cores this process may use)")
 
     for var, key, what in (("FASTMATH_STRICT", "strict", "strict mode"),

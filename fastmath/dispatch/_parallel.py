@@ -26,7 +26,7 @@ import time
 import sys
 import threading
 
-from . import _config
+from . import _config, _threads
 
 # A chunk smaller than this costs more in handoff (a lock and a Python call, a few us)
 # than it can win back in balance.
@@ -63,6 +63,9 @@ whole: contextvars.ContextVar = contextvars.ContextVar("fastmath_whole", default
 
 def threads() -> int:
     return 1 if serial.get() else _config.get().num_threads
+
+
+_threads.install()  # the native runtime's limit follows num_threads; threadpoolctl sees it
 
 
 class _Job:

@@ -266,6 +266,17 @@ static int ensure_workers(int wanted)
     return nworkers < wanted ? nworkers : wanted;
 }
 
+/* For threadpoolctl (its controller: fastmath/dispatch/_threads.py), by symbol. */
+__attribute__((visibility("default"))) int fastmath_runtime_get_num_threads(void)
+{
+    return atomic_load(&nthreads);
+}
+
+__attribute__((visibility("default"))) void fastmath_runtime_set_num_threads(int n)
+{
+    atomic_store(&nthreads, n < 1 ? default_threads() : n > MAXTHREADS ? MAXTHREADS : n);
+}
+
 static int fm_begin(void) { return pthread_mutex_trylock(&busy) == 0; }
 static void fm_end(void) { pthread_mutex_unlock(&busy); }
 static int fm_threads(void) { return atomic_load_explicit(&nthreads, memory_order_relaxed); }
@@ -351,9 +362,16 @@ static unsigned fm_one_thread_ps(fm_pace *pace)
     return m ? v[m / 2] : 0;
 }
 
+/* A caller's own thread count, within the runtime's limit (threadpoolctl's, say). */
+static int within(int threads)
+{
+    int limit = fm_threads();
+    return threads > 0 && threads < limit ? threads : limit;
+}
+
 static int fm_split(fm_pace *paces, fm_job *job, int threads)
 {
-    threads = threads > 0 ? threads : fm_threads();
+    threads = within(threads);
     if (threads <= 1 || !fm_begin()) {
         return FM_NOT_RUN;
     }
@@ -510,7 +528,7 @@ static PyObject *py_unary(PyObject *self, PyObject *args)
     job.steps[1] = os;
     job.nargs = 2;
     job.n = n;
-    threads = threads > 0 ? threads : fm_threads();
+    threads = within(threads);
     /* four pieces a thread, so that a thread whose core is busy takes fewer; none so
      * short that claiming it costs more than a fraction of its work */
     job.piece = piece > 0 ? piece : n / (4 * threads) > 1024 ? n / (4 * threads) : 1024;
@@ -719,7 +737,7 @@ static PyObject *py_vml(PyObject *self, PyObject *args)
         job.steps[k] = PyArray_ITEMSIZE(out);
     }
     job.n = n;
-    threads = threads > 0 ? threads : fm_threads();
+    threads = within(threads);
     job.piece = n / (4 * threads) > 1024 ? n / (4 * threads) : 1024;
     job.timed = 0;
     fenv_t env;

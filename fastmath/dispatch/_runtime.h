@@ -49,8 +49,9 @@ enum { FM_NOT_RUN = 0, FM_SPLIT = 1, FM_WHOLE_PACED = 2, FM_WHOLE_SAMPLED = 3 };
 typedef struct {
     int version;
     /* Run job split over the pool, or whole where the back-off of `paces` (FM_BUCKETS
-     * records) says a split loses now, on up to `threads` threads (0: the runtime's
-     * setting); FM_NOT_RUN when the pool is busy or one thread is all there is (the caller
+     * records) says a split loses now, on up to `threads` threads within the runtime's limit
+     * (0: the limit itself: set_threads(), threadpoolctl's threadpool_limits);
+     * FM_NOT_RUN when the pool is busy or one thread is all there is (the caller
      * then runs it itself). The flags of a split are raised in the caller's thread. */
     int (*split)(fm_pace *paces, fm_job *job, int threads);
     /* The lower level, for a caller with work to do between starting and finishing:

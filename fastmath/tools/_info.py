@@ -36,7 +36,9 @@ def settings(cfg) -> dict:
     return {
         "backend": backend,
         "threads": _setting(cfg, "FASTMATH_NUM_THREADS", cfg.num_threads,
-                            "default: the cores this process may use"),
+                            f"OMP_NUM_THREADS={cfg.sources['OMP_NUM_THREADS']}"
+                            if "OMP_NUM_THREADS" in cfg.sources
+                            else "default: the cores this process may use"),
         "strict": _setting(cfg, "FASTMATH_STRICT", cfg.strict, "default"),
         "calibration": calibration(cfg),
     }

@@ -83,7 +83,9 @@ def test_winning_splits_shorten_the_pauses_again():
     assert c.skip == c.FIRST
 
 
-@pytest.mark.parametrize("name", ["exp", "softmax", "logsumexp"])
+# (exp's contiguous calls run on the native runtime, paced by its own policy:
+# tests/backends/test_numpy_compiled.py)
+@pytest.mark.parametrize("name", ["softmax", "logsumexp"])
 def test_kernels_in_one_piece_give_the_same_results(name, monkeypatch):
     x = np.linspace(-5, 5, 3 * 10**6)
     with fastmath.backend("numpy"):

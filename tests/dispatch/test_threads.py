@@ -1,0 +1,97 @@
+"""The native runtime's thread budget: FASTMATH_NUM_THREADS, else OMP_NUM_THREADS, else the
+cores this process may use; threadpoolctl sees the runtime and limits it.
+
+Oracle: the conventions of OpenMP (OMP_NUM_THREADS, its first level), and threadpoolctl's
+own behaviour for the libraries it knows (threadpool_info lists them, threadpool_limits
+sets a limit for the block and restores it after).
+"""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fastmath
+from fastmath.dispatch import _config
+
+_runtime = pytest.importorskip("fastmath.dispatch._runtime")
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"OMP_NUM_THREADS": "3"}, 3),
+    ({"OMP_NUM_THREADS": "3,2"}, 3),  # nested levels: the first is the outer region's
+    ({"OMP_NUM_THREADS": "3", "FASTMATH_NUM_THREADS": "5"}, 5),  # fastmath's own wins
+    ({"OMP_NUM_THREADS": "zero"}, _config.default_threads()),  # OpenMP's to complain of
+    ({"OMP_NUM_THREADS": ""}, _config.default_threads()),
+])
+def test_the_budget_follows_the_ecosystems_variables(env, want):
+    cfg = _config.read(env)
+    assert cfg.num_threads == want
+
+
+def test_a_bad_fastmath_value_falls_back_to_omps():
+    with pytest.warns(_config.ConfigWarning, match=r"using 2 \(OMP_NUM_THREADS\)"):
+        cfg = _config.read({"OMP_NUM_THREADS": "2", "FASTMATH_NUM_THREADS": "many"})
+    assert cfg.num_threads == 2
+
+
+def _child(code, **env):
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    for var in ("FASTMATH_NUM_THREADS", "OMP_NUM_THREADS"):
+        if var not in env:
+            full.pop(var, None)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=120, env=full, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.split()
+
+
+def test_omp_num_threads_limits_the_runtime_and_info_says_so():
+    out = _child("""
+        import fastmath
+        from fastmath.dispatch import _runtime
+        s = fastmath.info()["settings"]["threads"]
+        print(_runtime.threads(), s["value"], s["source"])
+    """, OMP_NUM_THREADS="1")
+    assert out == ["1", "1", "OMP_NUM_THREADS=1"]
+
+
+@pytest.mark.parametrize("first", ["fastmath", "threadpoolctl"])
+def test_threadpoolctl_sees_the_runtime_whichever_is_imported_first(first):
+    pytest.importorskip("threadpoolctl")
+    other = "threadpoolctl" if first == "fastmath" else "fastmath"
+    out = _child(f"""
+        import {first}, {other}
+        from fastmath.dispatch import _runtime
+        from threadpoolctl import threadpool_info, threadpool_limits
+        found = [i for i in threadpool_info() if i["user_api"] == "fastmath"]
+        print(len(found), found[0]["num_threads"], found[0]["version"])
+        with threadpool_limits(1):
+            print(_runtime.threads())
+        print(_runtime.threads())
+    """, FASTMATH_NUM_THREADS="2")
+    assert out == ["1", "2", fastmath.fastmath_version, "1", "2"]
+
+
+def test_under_threadpool_limits_a_call_runs_in_the_callers_thread():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if _runtime.threads() < 2:
+        pytest.skip("one thread: nothing splits")
+    x = np.random.default_rng(0).standard_normal(2_000_000)
+    before = _runtime.set_pacing(False)  # every call that may split does
+    try:
+        with fastmath.backend("numpy"):
+            fastmath.exp(x)
+            joins = _runtime.stats()["joins"]
+            with threadpoolctl.threadpool_limits(1, user_api="fastmath"):
+                got = fastmath.exp(x)
+            assert _runtime.stats()["joins"] == joins
+            fastmath.exp(x)
+            assert _runtime.stats()["joins"] > joins  # the limit is gone after the block
+    finally:
+        _runtime.set_pacing(before)
+    assert got.tobytes() == np.exp(x).tobytes()
