@@ -122,6 +122,8 @@ static int nworkers = 0;            /* started (under lock) */
 static atomic_int nthreads = 0;     /* per call, the caller included */
 static atomic_llong spin_ns = 100000;
 static atomic_ulong parks = 0, joins = 0;
+static atomic_llong woken_at = 0, wake_ns = 0; /* the last broadcast; wake-ups' total time */
+static atomic_ulong wakes = 0;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int pacing = 1;
 static atomic_int cpu_every = 8;
@@ -186,6 +188,9 @@ static void wait_for_call(unsigned long *seen)
     atomic_fetch_sub(&sleepers, 1);
     pthread_mutex_unlock(&lock);
     *seen = atomic_load(&generation);
+    atomic_fetch_add_explicit(&wake_ns, real_wall_ns() - atomic_load(&woken_at),
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&wakes, 1, memory_order_relaxed);
 }
 
 static _Thread_local int is_worker;
@@ -295,6 +300,7 @@ static int fm_start(fm_job *job, int threads)
     atomic_fetch_add(&generation, 1); /* seq_cst, then the sleepers read: see wait_for_call */
     job->woke = starting || atomic_load(&sleepers) > 0;
     if (job->woke) {
+        atomic_store(&woken_at, real_wall_ns());
         pthread_mutex_lock(&lock);
         pthread_cond_broadcast(&wake);
         pthread_mutex_unlock(&lock);
@@ -901,9 +907,11 @@ static PyObject *py_last_cpu(PyObject *self, PyObject *unused)
 
 static PyObject *py_stats(PyObject *self, PyObject *unused)
 {
-    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d}", "workers", nworkers, "parks",
+    unsigned long w = atomic_load(&wakes);
+    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d}", "workers", nworkers, "parks",
                          atomic_load(&parks), "joins", atomic_load(&joins), "parked",
-                         atomic_load(&sleepers), "spin", (double)atomic_load(&spin_ns) * 1e-9);
+                         atomic_load(&sleepers), "spin", (double)atomic_load(&spin_ns) * 1e-9,
+                         "wakes", w, "wake", w ? (double)atomic_load(&wake_ns) * 1e-9 / w : 0.0);
 }
 
 /* fixed_cost's pieces: each waits (a millisecond at most) until every thread of the call
@@ -1016,7 +1024,10 @@ static PyMethodDef methods[] = {
     {"last_cpu", py_last_cpu, METH_NOARGS,
      "last_cpu() -> seconds or None: what this thread's last call on the pool would have\n"
      "taken in one thread (its own CPU time for its pieces, scaled to all)"},
-    {"stats", py_stats, METH_NOARGS, "stats() -> {workers, parks, joins, parked, spin}"},
+    {"stats", py_stats, METH_NOARGS,
+     "stats() -> {workers, parks, joins, parked, spin, wakes, wake}: threads started, times\n"
+     "one parked, joined a call, parked now; the spin (s); wake-ups from parked and their\n"
+     "mean time (s) from a call's start to the worker running"},
     {"fixed_cost", py_fixed_cost, METH_VARARGS,
      "fixed_cost(rounds, pause) -> seconds per parallel call whose threads each take one\n"
      "piece of no work (pause: seconds between calls; None: one thread, nothing splits)"},
