@@ -120,10 +120,15 @@ def _sizes(cost, may_split):
     return max(_MIN_SPLIT, int(_SPLIT_AT / scale)), max(64, int(_PIECE / scale))
 
 
-def _install(threads) -> None:
-    from ..dispatch import _alloc, _config
+_threads_before: list = []  # the runtime's limit before a start(threads=...) set its own
 
-    _runtime.set_threads(threads or _config.get().num_threads)
+
+def _install(threads) -> None:
+    from ..dispatch import _alloc
+
+    if threads:  # else the runtime's own limit (the configuration's, or threadpoolctl's)
+        _threads_before.append(_runtime.threads())
+        _runtime.set_threads(threads)
     # NumPy allocates the outputs the loops fill: without this, every large output is a fresh
     # mmap whose page faults cost more than the split saves (np.exp of 10^7 float64 here:
     # 17 ms plain, 16 ms split into fresh pages, 5 ms split into recycled ones)
@@ -139,6 +144,8 @@ def _install(threads) -> None:
 def _restore() -> None:
     while _slots:
         _loops.restore(_slots.pop()[2])
+    while _threads_before:
+        _runtime.set_threads(_threads_before.pop())
 
 
 _installed = Nested(_install, _restore,

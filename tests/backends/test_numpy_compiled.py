@@ -278,6 +278,10 @@ def test_a_split_that_woke_a_parked_worker_is_not_judged(clocks):
         assert _runtime.pace(kernel._pace, x.size)["left"] == 0
     same(out, np.exp(x))
     _runtime.set_spin(0.5)  # the workers spin again: the same splits now lose
-    kernel._compiled(x, out)  # (this one still finds its worker parked)
+    for _ in range(200):  # woken (which takes up to a millisecond or more here), spinning
+        _runtime.fixed_cost(1, 0)
+        if _runtime.stats()["parked"] == 0:
+            break
+        time.sleep(0.01)
     kernel._compiled(x, out)
     assert _runtime.pace(kernel._pace, x.size)["left"] >= 1
