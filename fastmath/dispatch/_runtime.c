@@ -564,7 +564,13 @@ typedef struct {
     atomic_int seen; /* a piece saw an inf or a NaN */
 } Scan;
 
-static void scan64(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define WIDE
+#endif
+
+WIDE static void scan64(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
     (void)steps;
     const uint64_t *b = (const uint64_t *)args[0];
@@ -577,7 +583,7 @@ static void scan64(char **args, intptr_t const *count, intptr_t const *steps, vo
     }
 }
 
-static void scan32(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+WIDE static void scan32(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
     (void)steps;
     const uint32_t *b = (const uint32_t *)args[0];
