@@ -153,6 +153,66 @@ def test_chunks_run_on_pool_threads_with_mkl_single_threaded(monkeypatch):
 
 
 @needs_mkl
+def test_on_the_runtime_each_piece_runs_with_mkl_single_threaded():
+    """The runtime calls VML's entry point by address from the caller's thread and its own:
+    here a ctypes function in VML's signature in its place, which records the thread, MKL's
+    thread count there, and the piece. MKL's own threading is off in every piece, the
+    caller's own setting comes back after the call, and the pieces cover the array once."""
+    import ctypes
+    import threading
+    import time
+
+    from fastmath.backends import mkl
+
+    _runtime = pytest.importorskip("fastmath.dispatch._runtime")
+    if _runtime.threads() < 2:
+        pytest.skip("one thread: nothing splits")
+    lib = mkl.load()
+    lib.MKL_Get_Max_Threads.restype = int
+    seen = []
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    def vml(n, a, r, mode):
+        seen.append((threading.get_ident(), lib.MKL_Get_Max_Threads(), n, a, mode))
+        time.sleep(0.002)  # a piece long enough for a parked pool thread to wake
+    x = np.ones(1 << 20)
+    out = np.empty_like(x)
+    pace = _runtime.new_pace()
+    before = _runtime.set_pacing(False)
+    mkl._set_local_threads(3)  # a caller's own setting, to be restored after the call
+    try:
+        address = ctypes.cast(vml, ctypes.c_void_p).value
+        for _ in range(20):  # until a pool thread took a piece (one that wakes late may not)
+            seen.clear()
+            assert _runtime.vml(address, (x,), out, mkl.MODE, pace, 0, 2, False) is False
+            if len({s[0] for s in seen}) == 2:
+                break
+        assert lib.MKL_Get_Max_Threads() == 3
+    finally:
+        mkl._set_local_threads(0)
+        _runtime.set_pacing(before)
+    assert len({s[0] for s in seen}) == 2
+    assert [s[1] for s in seen] == [1] * len(seen) and {s[4] for s in seen} == {mkl.MODE}
+    starts = sorted((s[3] - x.ctypes.data) // 8 for s in seen)
+    assert sum(s[2] for s in seen) == x.size and starts[0] == 0 and len(set(starts)) == len(seen)
+
+
+@needs_mkl
+def test_an_inf_in_the_last_piece_is_seen():
+    """Each piece's output is looked at while in cache: an overflow anywhere, the last
+    element included, reaches NumPy's error state."""
+    x = np.zeros(1 << 20)
+    for where in (0, x.size // 2 + 1, -1):
+        y = x.copy()
+        y[where] = 1000.0
+        with fastmath.backend("mkl"), np.errstate(over="raise"):
+            with pytest.raises(FloatingPointError, match="overflow"):
+                fastmath.exp(y)
+    with fastmath.backend("mkl"), np.errstate(over="raise"):
+        fastmath.exp(x)  # nothing to report
+
+
+@needs_mkl
 def test_forced_mkl_runs_its_kernel_and_matches_the_reference():
     from fastmath.dispatch import _selection
 
