@@ -8,6 +8,10 @@
   backend, and the loop mode (``fastmath.patch(mode="loops")``), bitwise NumPy's all three;
   at 10^7 also a two-thread copy of the same bytes into a fresh output (what memory allows).
 - idle: the CPU time the process uses in the second after a burst of calls.
+- crossover: for NumPy's own one-argument functions whose calibration row runs the numpy
+  backend, the smallest size from which the numpy backend (through fastmath's front end,
+  as ``auto`` runs it) is at least 1.05x NumPy's own call at that size and every larger
+  one measured: the crossovers calibration-defaults.json takes for them.
 - blas: code that alternates matrix products with elementwise math (a batched product
   and a softmax over its rows), plain and under the loop mode, the function patch and
   ``fastmath`` as ``np``.
@@ -178,14 +182,44 @@ def blas(args):
         f"{name} {t0 / t:.2f}x" for name, t in times.items()))
 
 
-SECTIONS = {"cost": cost, "split": split, "idle": idle, "blas": blas}
+CROSSOVER_SIZES = (4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288)
+
+
+def crossover(args):
+    print("\n## crossovers: the numpy backend through the front end against NumPy's own call")
+    from fastmath._registry import BY_NAME
+
+    rng = np.random.default_rng(3)
+    for name, spec in BY_NAME.items():
+        if spec.kind != "unary" or not spec.ref.startswith("numpy:"):
+            continue
+        for dtype in ("float32", "float64"):
+            x = spec.sample(max(CROSSOVER_SIZES), np.dtype(dtype), rng)[0]
+            ref, fm = spec.reference(), getattr(fastmath, name)
+            ratios = []
+            for n in CROSSOVER_SIZES:
+                xn = x[:n].copy()
+                times = rounds_of({"numpy": lambda: ref(xn), "backend": lambda: fm(xn)},
+                                  args.rounds, {"backend": lambda: fastmath.backend("numpy")})
+                ratios.append(times["numpy"] / times["backend"])
+            at = None
+            for i in range(len(ratios) - 1, -1, -1):
+                if ratios[i] < 1.05:
+                    break
+                at = CROSSOVER_SIZES[i]
+            shown = " ".join(f"{r:.2f}" for r in ratios)
+            print(f"{name:10} {dtype:8} from {at}  ({shown})")
+
+
+SECTIONS = {"cost": cost, "split": split, "idle": idle, "blas": blas, "crossover": crossover}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--busy", action="store_true", help="another process busy on one core")
-    p.add_argument("--sections", default=",".join(SECTIONS))
+    p.add_argument("--sections", default="cost,split,idle,blas",
+                   help=f"comma-separated, of: {', '.join(SECTIONS)}")
     args = p.parse_args(argv)
     wanted = args.sections.split(",")
     bad = [s for s in wanted if s not in SECTIONS]
