@@ -310,6 +310,8 @@ static int fm_start(fm_job *job, int threads)
 
 static void fm_finish(fm_job *job)
 {
+    job->caller_n = 0;
+    job->caller_ns = 0;
     if (job->timed) {
         long long t0 = thread_cpu_ns();
         job->caller_n = run_pieces(job);
@@ -328,7 +330,7 @@ static void fm_finish(fm_job *job)
             sched_yield(); /* a worker descheduled mid-piece: let it run */
         }
     }
-    last_alone_ns = fm_alone_ns(job);
+    last_alone_ns = job->timed ? fm_alone_ns(job) : -1;
 }
 
 /* ---- pacing ------------------------------------------------------------------------ */
@@ -339,16 +341,23 @@ static fm_pace *fm_pace_of(fm_pace *paces, intptr_t n)
     return &paces[b < FM_BUCKETS ? b : FM_BUCKETS - 1];
 }
 
+/* The FP flags a caller's own bookkeeping could raise (a time in floating point) are put
+ * back as they were: what the caller reads after a call must be what its pieces raised. */
+#define KEEP_FLAGS_BEGIN fexcept_t kept_flags_; fegetexceptflag(&kept_flags_, FE_ALL_EXCEPT);
+#define KEEP_FLAGS_END fesetexceptflag(&kept_flags_, FE_ALL_EXCEPT);
+
 static void run_whole(fm_pace *pace, fm_job *job)
 {
     long long t0 = wall_ns();
     intptr_t n = job->n;
     job->loop(job->args, &n, job->steps, job->data);
+    KEEP_FLAGS_BEGIN
     double ps = (wall_ns() - t0) * 1e3 / (double)n;
     unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)(ps + 0.5);
     int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
     atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
     atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
+    KEEP_FLAGS_END
 }
 
 static unsigned fm_one_thread_ps(fm_pace *pace)
@@ -414,6 +423,7 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
         return FM_NOT_RUN;
     }
     if (paced) {
+        KEEP_FLAGS_BEGIN
         long long wall = wall_ns() - t0;
         long long alone = job->timed ? fm_alone_ns(job) : -1;
         int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
@@ -435,6 +445,7 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
         else {
             atomic_store_explicit(&pace->skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
         }
+        KEEP_FLAGS_END
     }
     int raised = atomic_load(&job->flags);
     if (raised) {

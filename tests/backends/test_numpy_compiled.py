@@ -285,3 +285,43 @@ def test_a_split_that_woke_a_parked_worker_is_not_judged(clocks):
         time.sleep(0.01)
     kernel._compiled(x, out)
     assert _runtime.pace(kernel._pace, x.size)["left"] >= 1
+
+
+def test_no_flag_but_the_loops_reaches_the_caller(tmp_path):
+    """The runtime's own bookkeeping (times per element, in floating point) once read
+    fields a call that was not timed left unset: converting the garbage raised FE_INVALID
+    in the caller, and ``exp`` of numbers in (0.1, 10) warned "invalid value" (seen with
+    torch's calls in between, which left that garbage on the stack). Every call here must
+    come back clean, pacing on, as ``auto`` runs them: a fresh interpreter, as a script
+    runs, for the stack a script has."""
+    pytest.importorskip("torch")
+    if _parallel.threads() < 2:
+        pytest.skip("one thread: nothing splits")
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent("""
+        import warnings, numpy as np, fastmath, torch
+        from fastmath.dispatch import _selection
+        warnings.simplefilter("error")  # NumPy's default error state: warn
+        x = np.random.default_rng(0).uniform(0.1, 10, 100_000)
+        tx, to = torch.as_tensor(x), torch.empty(100_000, dtype=torch.float64)
+        want = np.exp(x)
+        assert [b for b, _ in _selection.plan(fastmath.exp._spec, "float64", x.size)] \\
+            == ["numpy"]  # auto runs the numpy backend (calibration-defaults.json)
+        for i in range(1000):
+            torch.exp(tx, out=to)
+            y = fastmath.exp(x)
+            assert y.tobytes() == want.tobytes()
+        print("clean")
+    """)
+    root = Path(__file__).parents[2]
+    env = {**__import__("os").environ, "PYTHONPATH": str(root),
+           "XDG_CACHE_HOME": str(tmp_path)}  # no calibration file: the built-in defaults
+    for var in ("FASTMATH_BACKEND", "FASTMATH_CALIBRATION"):
+        env.pop(var, None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd=root, env=env)
+    assert r.stdout.split() == ["clean"], r.stderr[-1500:]
