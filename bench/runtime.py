@@ -11,7 +11,8 @@
 - crossover: for NumPy's own one-argument functions whose calibration row runs the numpy
   backend, the smallest size from which the numpy backend (through fastmath's front end,
   as ``auto`` runs it) is at least 1.05x NumPy's own call at that size and every larger
-  one measured: the crossovers calibration-defaults.json takes for them.
+  one measured, in a process that runs nothing else (best of three batches a round: what
+  a split can give, not what the pacing keeps of it among other pools' threads).
 - blas: code that alternates matrix products with elementwise math (a batched product
   and a softmax over its rows), plain and under the loop mode, the function patch and
   ``fastmath`` as ``np``.

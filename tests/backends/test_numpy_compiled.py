@@ -306,8 +306,8 @@ def test_no_flag_but_the_loops_reaches_the_caller(tmp_path):
         import warnings, numpy as np, fastmath, torch
         from fastmath.dispatch import _selection
         warnings.simplefilter("error")  # NumPy's default error state: warn
-        x = np.random.default_rng(0).uniform(0.1, 10, 100_000)
-        tx, to = torch.as_tensor(x), torch.empty(100_000, dtype=torch.float64)
+        x = np.random.default_rng(0).uniform(0.1, 10, 200_000)
+        tx, to = torch.as_tensor(x), torch.empty(200_000, dtype=torch.float64)
         want = np.exp(x)
         assert [b for b, _ in _selection.plan(fastmath.exp._spec, "float64", x.size)] \\
             == ["numpy"]  # auto runs the numpy backend (calibration-defaults.json)
