@@ -225,3 +225,23 @@ def test_gmm_example_agrees_with_plain_dask(client):
     np.testing.assert_allclose(ll, ll_ref, rtol=3000 * np.finfo(float).eps)
     np.testing.assert_allclose(counts, counts_ref, rtol=3000 * np.finfo(float).eps)
     assert np.isclose(counts.sum(), 3000)
+
+
+def _worker_budget():
+    import os
+
+    from fastmath.dispatch import _runtime
+
+    return _runtime.threads(), os.environ.get("OMP_NUM_THREADS")
+
+
+def test_a_worker_process_follows_its_thread_budget(client):
+    """A Dask nanny starts its worker processes with OMP_NUM_THREADS=1 (its pre-spawn
+    environment, so that a worker's threads are Dask's): fastmath's runtime follows it
+    there, as OpenMP and BLAS do, and a worker's calls stay in its own thread."""
+    pytest.importorskip("fastmath.dispatch._runtime")
+    omp = dask.config.get("distributed.nanny.pre-spawn-environ", {}).get("OMP_NUM_THREADS")
+    if omp is None:
+        pytest.skip("this Dask's nanny leaves OMP_NUM_THREADS alone")
+    budgets = list(client.run(_worker_budget).values())
+    assert budgets == [(int(omp), str(omp))] * len(budgets) and budgets
