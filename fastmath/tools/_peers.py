@@ -119,6 +119,55 @@ def _jax(name):
     return lambda x: np.asarray(fn(jax.device_put(x)))  # both copies counted
 
 
+_VML_NAMES = {"exp": "Exp", "log": "Ln", "log1p": "Log1p", "expm1": "Expm1", "erf": "Erf"}
+
+
+def _vml_direct(name):
+    """VML's entry point called directly into a NumPy output, on MKL's own threads (its
+    default): the fastest way a user could run VML, what the mkl backend is held to."""
+    from ..backends import mkl
+
+    vml = _VML_NAMES.get(name)
+    if vml is None or mkl.load() is None:
+        return None
+    fns = {np.dtype(dt): mkl._function(vml, np.dtype(dt), 1) for dt in ("float32", "float64")}
+
+    def run(x):
+        out = np.empty_like(x)
+        before = mkl._set_local_threads(0)  # MKL's own setting: all its threads
+        try:
+            fns[x.dtype](x.size, x.ctypes.data, out.ctypes.data, mkl.MODE)
+        finally:
+            mkl._set_local_threads(before)
+        return out
+    return run
+
+
+def _forced(backend):
+    """fastmath's function with ``backend`` chosen (a column of ``--forced``), each call in
+    its own ``with fastmath.backend(...)``, as a user forces one (about 1.7 us of it)."""
+    def make(name):
+        import fastmath
+
+        fn = getattr(fastmath, name)
+
+        def run(x):
+            with fastmath.backend(backend):
+                return fn(x)
+        return run
+
+    def make_if_available(name):
+        from .. import backends
+
+        return make(name) if backends.why_unavailable(backend) is None else None
+    return make_if_available
+
+
+# --forced: each backend forced, and VML called directly
+FORCED = {"fastmath numpy": _forced("numpy"), "fastmath torch-cpu": _forced("torch-cpu"),
+          "fastmath mkl": _forced("mkl"), "VML direct": _vml_direct}
+
+
 ELEMENTWISE_PEERS = {"numexpr": _numexpr, "torch (own output)": _torch_own,
                      "torch (out=numpy)": _torch_into_numpy, "mkl_umath": _mkl_umath,
                      "numba parallel": _numba, "jax.jit": _jax}
@@ -201,13 +250,16 @@ def installed(module) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-_MODULES = {"numexpr": "numexpr", "torch (own output)": "torch", "torch (out=numpy)": "torch",
+_MODULES = {"fastmath numpy": "numpy", "fastmath torch-cpu": "torch", "fastmath mkl": "numpy",
+            "VML direct": "numpy",  # (MKL is a library, not a module: its makers look for it)
+            "numexpr": "numexpr", "torch (own output)": "torch", "torch (out=numpy)": "torch",
             "mkl_umath": "mkl_umath", "numba parallel": "numba", "jax.jit": "jax",
             "torch": "torch", "numpy expression": "numpy"}
 
 
-def columns(name, axis=None):
-    """(label, callable) for every peer of ``name`` installed here, reference first."""
+def columns(name, axis=None, forced=False):
+    """(label, callable) for every peer of ``name`` installed here, reference first; with
+    ``forced``, also fastmath with each backend chosen and VML called directly."""
     import scipy.special
 
     import fastmath
@@ -219,7 +271,8 @@ def columns(name, axis=None):
     else:
         ref = getattr(scipy.special, name) if name == "erf" else getattr(np, name)
         cols = [("numpy/scipy", ref), ("fastmath auto", getattr(fastmath, name))]
-        makers = {k: (lambda f=f: f(name)) for k, f in ELEMENTWISE_PEERS.items()}
+        makers = {k: (lambda f=f: f(name)) for k, f in
+                  ({**FORCED, **ELEMENTWISE_PEERS} if forced else ELEMENTWISE_PEERS).items()}
     for label, make in makers.items():
         if not installed(_MODULES[label]):
             continue
@@ -298,12 +351,12 @@ def cells(functions=FUNCTIONS, dtypes=DTYPES, sizes=SIZES, lse_cases=LSE_CASES):
             yield "logsumexp", dtype, shape, axis
 
 
-def run(grid, rounds=5, out=print, target=TARGET):
+def run(grid, rounds=5, out=print, target=TARGET, forced=False):
     rng = np.random.default_rng(0)
     rows = []
     for name, dtype, shape, axis in grid:
         x = _input(name, shape, dtype, rng)
-        cols = columns(name, axis)
+        cols = columns(name, axis, forced)
         times, errors = measure(cols, x, rounds, target)
         bound = ulp_bound(name, dtype)
         best, fastest_other = fastest(times, errors, bound)
@@ -326,7 +379,7 @@ def fastest(times, errors, bound):
     must keep) computes another function: it is shown, but not the one to beat.
     """
     fair = {k: v for k, v in times.items()
-            if k not in ("fastmath auto", "numpy/scipy") and errors[k] <= bound}
+            if not k.startswith("fastmath") and k != "numpy/scipy" and errors[k] <= bound}
     best = min(fair, key=fair.get) if fair else "numpy/scipy"
     return best, min(list(fair.values()) + [times["numpy/scipy"]])
 
@@ -389,6 +442,8 @@ def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true", help="3 rounds")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the speeds (needs matplotlib)")
+    p.add_argument("--forced", action="store_true",
+                   help="also fastmath with each backend chosen, and VML called directly")
 
 
 def main(args) -> int:
@@ -407,7 +462,8 @@ def main(args) -> int:
                       sizes, lse))
     print(f"fastmath bench --peers: median time per call of {rounds} interleaved rounds; "
           f"load average {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    result = run(grid, rounds=rounds, target=0.005 if getattr(args, "quick", False) else TARGET)
+    result = run(grid, rounds=rounds, target=0.005 if getattr(args, "quick", False) else TARGET,
+                 forced=getattr(args, "forced", False))
     for path, write in ((args.json, _write_json), (args.plot, plot)):
         if path:
             write(result, path)
