@@ -115,3 +115,22 @@ def test_the_fastest_peer_is_the_fastest_within_the_rows_ulp_bound():
     assert _peers.fastest(times, errors, 2) == ("numpy/scipy", 5.0)
     assert _peers.ulp_bound("erf", "float32") == 2  # the registry row's, per dtype
     assert _peers.ulp_bound("erf", "float64") == 4
+
+
+def test_forced_columns_are_fastmaths_own_and_compute_the_function():
+    """--forced adds fastmath with each available backend chosen, and VML called directly
+    where MKL is installed; fastmath's own columns never count as the fastest other way."""
+    from fastmath import backends
+
+    cols = dict(_peers.columns("exp", forced=True))
+    want = {"fastmath numpy"} | {f"fastmath {b}" for b in ("torch-cpu", "mkl")
+                                 if backends.why_unavailable(b) is None}
+    assert want <= set(cols)
+    if backends.why_unavailable("mkl") is None:
+        want.add("VML direct")
+    x = np.linspace(-3, 3, 5000)
+    for label in want:
+        assert _peers.max_ulps(cols[label](x), np.exp(x)) <= 2, label
+    times = {"numpy/scipy": 5.0, "fastmath auto": 2.0, "fastmath numpy": 1.0, "torch": 3.0}
+    errors = dict.fromkeys(times, 0)
+    assert _peers.fastest(times, errors, 2) == ("torch", 3.0)
