@@ -50,7 +50,8 @@ class _Unary:
     hands over negative strides unflipped (``any_strides``) and a ``where=`` mask whole
     (``masked``) rather than gathering the selected elements into a contiguous run.
 
-    A contiguous call of one of NumPy's own one-argument ufuncs from ``RUNTIME_MIN_BYTES``
+    A contiguous call of one of NumPy's own ufuncs of one or two arguments (of one shape
+    and dtype) from ``RUNTIME_MIN_BYTES``
     (over the row's cost) runs on fastmath's native runtime (fastmath/dispatch/_runtime.c):
     NumPy's very loop, looked up once per dtype (``numpy.ufunc._get_strided_loop``), over
     pieces that the caller and the pool's threads claim, no Python per piece, the GIL
@@ -74,8 +75,8 @@ class _Unary:
     def __call__(self, *ins):
         out = ins[-1]
         nbytes = out.size * out.itemsize
-        if len(ins) == 2 and nbytes >= self._min_split and self._native != ():
-            flags = self._compiled(ins[0], out)
+        if nbytes >= self._min_split and self._native != ():
+            flags = self._compiled(ins[:-1], out)
             if flags is not None:
                 return flags
         if nbytes < self.min_bytes:
@@ -120,19 +121,21 @@ class _Unary:
             flags |= f
         return flags
 
-    def _compiled(self, x, out):
+    def _compiled(self, xs, out):
         """The call on the native runtime, its FP flags; None where that cannot take it
-        (another layout, a dtype NumPy's call would cast, an out= overlapping x other than
-        exactly)."""
+        (broadcasting, another layout, a dtype NumPy's call would cast, an out= overlapping
+        an input other than exactly). ``xs``: the operands, or one array."""
         native = self._native
         if native is None:
             native = self._native = native_loops(self.ufunc)
             if not native:
                 return None
             self._pace = _runtime.new_pace()
-        if x.shape != out.shape:
+        if not isinstance(xs, tuple):
+            xs = (xs,)
+        if any(x.shape != out.shape for x in xs):
             return None
-        return _runtime.unary(native, x, out, self._pace, 0, 0, _parallel.threads())
+        return _runtime.unary(native, xs, out, self._pace, 0, 0, _parallel.threads())
 
 
 try:
@@ -151,31 +154,35 @@ _NATIVE_TYPES = "efdgFDG"
 
 def native_loops(ufunc):
     """``(dtype, result dtype, call info)`` for each dtype whose NumPy loop the native
-    runtime (``_runtime.unary``) and fastmath.foreach (``_loops.foreach``) run for
-    ``ufunc``: NumPy's own one-argument ufuncs only, on dtypes the ufunc takes without a
-    cast; () if none, or if the runtime was not built."""
-    if _runtime is None or not isinstance(ufunc, np.ufunc) or (ufunc.nin, ufunc.nout) != (1, 1):
+    runtime (``_runtime.unary``) and, for one-argument ufuncs, fastmath.foreach
+    (``_loops.foreach``) run for ``ufunc``: NumPy's own ufuncs of one or two arguments
+    (both of the dtype), on dtypes the ufunc takes without a cast; () if none, or if the
+    runtime was not built."""
+    if _runtime is None or not isinstance(ufunc, np.ufunc) \
+            or ufunc.nin not in (1, 2) or ufunc.nout != 1:
         return ()
+    nin = ufunc.nin
     loops = []
     for code in _NATIVE_TYPES:
         dt = np.dtype(code)
         try:
-            dts, info = ufunc._resolve_dtypes_and_context((dt, None))
-            if dts[0] is not dt or dts[1].hasobject:
+            dts, info = ufunc._resolve_dtypes_and_context((dt,) * nin + (None,))
+            if any(d is not dt for d in dts[:nin]) or dts[nin].hasobject:
                 continue
-            ufunc._get_strided_loop(info, fixed_strides=(dts[0].itemsize, dts[1].itemsize))
+            ufunc._get_strided_loop(info, fixed_strides=(dt.itemsize,) * nin
+                                    + (dts[nin].itemsize,))
         except Exception:  # noqa: BLE001 - no loop for this dtype, or another NumPy's API
             continue
-        loops.append((dts[0], dts[1], info))
+        loops.append((dts[0], dts[nin], info))
     loops = tuple(loops)
     try:  # one element through the compiled path: another NumPy's call info fails here
         pace = _runtime.new_pace()
         ok = True
         with np.errstate(all="ignore"):
             for dt, res, _ in loops:
-                x, got = np.ones(1, dt), np.empty(1, res)
-                ok &= (_runtime.unary(loops, x, got, pace, 0, 0, 1) is not None
-                       and np.array_equal(got, ufunc(x), equal_nan=True))
+                xs, got = (np.ones(1, dt),) * nin, np.empty(1, res)
+                ok &= (_runtime.unary(loops, xs, got, pace, 0, 0, 1) is not None
+                       and np.array_equal(got, ufunc(*xs), equal_nan=True))
     except Exception:  # noqa: BLE001 - then the Python path it is
         ok = False
     return loops if ok else ()

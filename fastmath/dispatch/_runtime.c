@@ -490,7 +490,8 @@ static int fpe_bits(int raised)
 
 #define NEED (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED)
 
-/* unary(loops, x, out, pace, min_split, piece, threads) -> NumPy's FP flag bits, or None */
+/* unary(loops, x, out, pace, min_split, piece, threads) -> NumPy's FP flag bits, or None;
+ * x: one array, or a tuple of one or two (a two-argument ufunc's operands, of one dtype) */
 static PyObject *py_unary(PyObject *self, PyObject *args)
 {
     PyObject *loops, *xo, *oo;
@@ -504,15 +505,40 @@ static PyObject *py_unary(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "pace must come from new_pace(), piece be >= 0");
         return NULL;
     }
-    if (!PyArray_Check(xo) || !PyArray_Check(oo)) {
+    PyObject *ins[2];
+    int nin = 1;
+    if (PyTuple_Check(xo)) {
+        nin = (int)PyTuple_GET_SIZE(xo);
+        if (nin < 1 || nin > 2) {
+            PyErr_SetString(PyExc_ValueError, "one or two inputs");
+            return NULL;
+        }
+        for (int k = 0; k < nin; k++) {
+            ins[k] = PyTuple_GET_ITEM(xo, k);
+        }
+    }
+    else {
+        ins[0] = xo;
+    }
+    if (!PyArray_Check(oo)) {
         Py_RETURN_NONE;
     }
-    PyArrayObject *x = (PyArrayObject *)xo, *out = (PyArrayObject *)oo;
-    npy_intp n = PyArray_SIZE(x);
-    if ((PyArray_FLAGS(x) & NEED) != NEED
-            || (PyArray_FLAGS(out) & (NEED | NPY_ARRAY_WRITEABLE)) != (NEED | NPY_ARRAY_WRITEABLE)
-            || PyArray_SIZE(out) != n || n == 0) {
+    PyArrayObject *out = (PyArrayObject *)oo;
+    npy_intp n = PyArray_SIZE(out);
+    if ((PyArray_FLAGS(out) & (NEED | NPY_ARRAY_WRITEABLE)) != (NEED | NPY_ARRAY_WRITEABLE)
+            || n == 0) {
         Py_RETURN_NONE;
+    }
+    PyArrayObject *x[2];
+    for (int k = 0; k < nin; k++) {
+        if (!PyArray_Check(ins[k])) {
+            Py_RETURN_NONE;
+        }
+        x[k] = (PyArrayObject *)ins[k];
+        if ((PyArray_FLAGS(x[k]) & NEED) != NEED || PyArray_SIZE(x[k]) != n
+                || PyArray_DESCR(x[k]) != PyArray_DESCR(x[0])) {
+            Py_RETURN_NONE;
+        }
     }
     CallInfo *info = NULL;
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(loops); j++) {
@@ -520,7 +546,7 @@ static PyObject *py_unary(PyObject *self, PyObject *args)
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(loops, j), "OOO", &in_dt, &out_dt, &cap)) {
             return NULL;
         }
-        if ((PyObject *)PyArray_DESCR(x) == in_dt && (PyObject *)PyArray_DESCR(out) == out_dt) {
+        if ((PyObject *)PyArray_DESCR(x[0]) == in_dt && (PyObject *)PyArray_DESCR(out) == out_dt) {
             info = PyCapsule_GetPointer(cap, CALL_INFO);
             if (info == NULL) {
                 return NULL;
@@ -531,19 +557,23 @@ static PyObject *py_unary(PyObject *self, PyObject *args)
     if (info == NULL || info->strided_loop == NULL || info->requires_pyapi) {
         Py_RETURN_NONE;
     }
-    char *xp = PyArray_BYTES(x), *op = PyArray_BYTES(out);
-    npy_intp xs = PyArray_ITEMSIZE(x), os = PyArray_ITEMSIZE(out);
-    if (!(xp == op && xs == os) && xp < op + n * os && op < xp + n * xs) {
-        Py_RETURN_NONE; /* a partial overlap: NumPy buffers it */
-    }
     fm_job job;
+    char *op = PyArray_BYTES(out);
+    npy_intp os = PyArray_ITEMSIZE(out);
+    for (int k = 0; k < nin; k++) {
+        char *xp = PyArray_BYTES(x[k]);
+        npy_intp xs = PyArray_ITEMSIZE(x[k]);
+        if (!(xp == op && xs == os) && xp < op + n * os && op < xp + n * xs) {
+            Py_RETURN_NONE; /* a partial overlap: NumPy buffers it */
+        }
+        job.args[k] = xp;
+        job.steps[k] = xs;
+    }
+    job.args[nin] = op;
+    job.steps[nin] = os;
+    job.nargs = nin + 1;
     job.loop = strided;
     job.data = info;
-    job.args[0] = xp;
-    job.args[1] = op;
-    job.steps[0] = xs;
-    job.steps[1] = os;
-    job.nargs = 2;
     job.n = n;
     threads = within(threads);
     /* four pieces a thread, so that a thread whose core is busy takes fewer; none so
@@ -1004,7 +1034,8 @@ static PyMethodDef methods[] = {
     {"unary", py_unary, METH_VARARGS,
      "unary(loops, x, out, pace, min_split, piece, threads) -> NumPy's FP flag bits, or None\n"
      "where it cannot take the call: NumPy's loop for x's dtype (loops: (in dtype, out\n"
-     "dtype, call info) from numpy.ufunc._get_strided_loop) over contiguous x into out,\n"
+     "dtype, call info) from numpy.ufunc._get_strided_loop) over contiguous x (an array, or\n"
+     "a tuple of one or two of one dtype: a two-argument ufunc's operands) into out,\n"
      "split over the pool (up to `threads` threads; 0: set_threads') from min_split\n"
      "elements when pacing record `pace` says a split wins, in pieces of `piece` elements\n"
      "(0: four a thread, at least 1024)"},

@@ -37,10 +37,10 @@ class _Spy:
     def __getattr__(self, name):
         return getattr(self.real, name)
 
-    def unary(self, loops, x, *rest):
-        flags = self.real.unary(loops, x, *rest)
-        if flags is not None and x.size > 1:  # not the one-element probe of the loops
-            self.taken.append(x.size)
+    def unary(self, loops, xs, out, *rest):
+        flags = self.real.unary(loops, xs, out, *rest)
+        if flags is not None and out.size > 1:  # not the one-element probe of the loops
+            self.taken.append(out.size)
         return flags
 
 
@@ -77,6 +77,38 @@ def test_bitwise_numpys_on_the_compiled_pool(name, dtype, fresh, spy):
     assert got_out is out
     same(out, want)
     same(inplace, want)
+
+
+@pytest.mark.parametrize("name", ["power", "arctan2", "logaddexp", "hypot"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_two_argument_ufuncs_run_there_too(name, dtype, fresh, spy):
+    """NumPy's own two-argument loops, operands of one shape and dtype; what broadcasts
+    (a scalar, a row against a column) or overlaps out= partly is left to the Python pool,
+    with NumPy's results either way."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0.1, 10, N).astype(dtype)
+    y = rng.uniform(-3, 3, N).astype(dtype)
+    x[:3] = [np.nan, np.inf, 0.0]
+    ref, fm = getattr(np, name), getattr(fastmath, name)
+    with fastmath.backend("numpy"), np.errstate(all="ignore"):
+        same(fm(x, y), ref(x, y))
+        assert spy == [N]
+        inplace = x.copy()
+        fm(inplace, y, out=inplace)
+        same(inplace, ref(x, y))
+        assert spy == [N, N]
+        same(fm(x, 2.0), ref(x, 2.0))
+        col, row = x[:1000, None], y[:1000]
+        same(fm(col, row), ref(col, row))
+        shifted = x.copy()
+        fm(shifted[:-1], y[:-1], out=shifted[1:])
+        want = x.copy()
+        ref(want[:-1], y[:-1], out=want[1:])
+        same(shifted, want)
+    # the scalar and the broadcast pair (1000 x 1000: N elements too) were left to the
+    # Python pool; the shifted out= ran on a copy of the overlapping operand, as NumPy's
+    # buffering does
+    assert spy == [N, N, N - 1]
 
 
 def test_flags_raised_in_the_pool_reach_errstate(fresh, spy):
