@@ -119,15 +119,13 @@ def _jax(name):
     return lambda x: np.asarray(fn(jax.device_put(x)))  # both copies counted
 
 
-_VML_NAMES = {"exp": "Exp", "log": "Ln", "log1p": "Log1p", "expm1": "Expm1", "erf": "Erf"}
-
-
 def _vml_direct(name):
     """VML's entry point called directly into a NumPy output, on MKL's own threads (its
     default): the fastest way a user could run VML, what the mkl backend is held to."""
+    from .._registry import BY_NAME
     from ..backends import mkl
 
-    vml = _VML_NAMES.get(name)
+    vml = BY_NAME[name].kernels.get("mkl")  # the registry row's VML name ("Ln" for log)
     if vml is None or mkl.load() is None:
         return None
     fns = {np.dtype(dt): mkl._function(vml, np.dtype(dt), 1) for dt in ("float32", "float64")}
