@@ -182,15 +182,19 @@ static void wait_for_call(unsigned long *seen)
     pthread_mutex_lock(&lock);
     atomic_fetch_add(&sleepers, 1); /* seq_cst: a caller that misses it sees our generation */
     atomic_fetch_add_explicit(&parks, 1, memory_order_relaxed);
+    int waited = 0;
     while (atomic_load(&generation) == *seen) {
         pthread_cond_wait(&wake, &lock);
+        waited = 1;
     }
     atomic_fetch_sub(&sleepers, 1);
     pthread_mutex_unlock(&lock);
     *seen = atomic_load(&generation);
-    atomic_fetch_add_explicit(&wake_ns, real_wall_ns() - atomic_load(&woken_at),
-                              memory_order_relaxed);
-    atomic_fetch_add_explicit(&wakes, 1, memory_order_relaxed);
+    if (waited) { /* woken by a call's broadcast: how long that took */
+        atomic_fetch_add_explicit(&wake_ns, real_wall_ns() - atomic_load(&woken_at),
+                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&wakes, 1, memory_order_relaxed);
+    }
 }
 
 static _Thread_local int is_worker;
