@@ -80,16 +80,19 @@ try:
 except ImportError:  # setuptools without PEP 660 editable wheels
     pass
 
+# the runtime's C interface and the NumPy loop helpers both extensions share
+_RUNTIME_HEADERS = ["fastmath/dispatch/_runtime.h", "fastmath/dispatch/_npy_loop.h"]
+
 setup(
     ext_modules=[  # the one thread pool and pacing policy (fastmath/dispatch/_runtime.c), first:
                  # _loops imports its C interface
                  _Extension("fastmath.dispatch._runtime", ["fastmath/dispatch/_runtime.c"],
-                            depends=["fastmath/dispatch/_runtime.h"], optional=True,
+                            depends=_RUNTIME_HEADERS, optional=True,
                             extra_compile_args=["-O3", "-std=c11"]),
                  # _hot.c: the ufuncs' fast path in C (fastmath/frontends/_ufunc.py uses it when built)
                  _Extension("fastmath.integrations._loops", ["fastmath/integrations/_loops.c",
                                                              "fastmath/frontends/_hot.c"],
-                            depends=["fastmath/dispatch/_runtime.h"], optional=True,
+                            depends=_RUNTIME_HEADERS, optional=True,
                             extra_compile_args=["-O2", "-std=c11"]),
                  # logsumexp of small arrays in one call (fastmath/backends/_lse_kernel.c)
                  _Extension("fastmath.backends._lse_kernel", ["fastmath/backends/_lse_kernel.c"],

@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "_npy_loop.h"
 #include "_runtime.h"
 
 #define MAXTHREADS 256
@@ -51,14 +52,6 @@
 #define SAMPLE 64
 #define MAXPACES 4096
 #define FLAGS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID | FE_INEXACT)
-#define ERRORS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID)
-#if defined(__x86_64__) || defined(__i386__)
-#define RELAX() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define RELAX() __asm__ __volatile__("yield")
-#else
-#define RELAX() ((void)0)
-#endif
 
 /* ---- clocks ------------------------------------------------------------------------ */
 
@@ -127,7 +120,13 @@ static atomic_ulong wakes = 0;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int pacing = 1;
 static atomic_int cpu_every = 8;
-static _Thread_local long long last_alone_ns = -1;
+
+/* What the job would have taken in one thread: the caller's CPU time for its own pieces,
+ * scaled to all of them; -1 when the caller ran none. */
+static long long fm_alone_ns(const fm_job *job)
+{
+    return job->caller_n > 0 ? (long long)((double)job->caller_ns * job->n / job->caller_n) : -1;
+}
 
 static intptr_t run_pieces(fm_job *job)
 {
@@ -211,7 +210,10 @@ static void *worker(void *unused)
             continue;
         }
         atomic_fetch_add(&active, 1);
-        if (atomic_load(&current) != job) { /* finished meanwhile: the caller did it all */
+        /* finished meanwhile (the caller did it all), or the call's threads are all there:
+         * a pool started for more threads than a later call may use (a lowered limit,
+         * threadpoolctl's) keeps its extra workers out of it */
+        if (atomic_load(&current) != job || atomic_fetch_sub(&job->seats, 1) <= 0) {
             atomic_fetch_sub(&active, 1);
             continue;
         }
@@ -294,6 +296,7 @@ static int fm_start(fm_job *job, int threads)
 {
     atomic_init(&job->next, 0);
     atomic_init(&job->flags, 0);
+    atomic_init(&job->seats, threads - 1);
     fegetenv(&job->env);
     int starting = nworkers < threads - 1; /* a new thread, like a parked one, is slow to come */
     if (ensure_workers(threads - 1) == 0) {
@@ -334,7 +337,6 @@ static void fm_finish(fm_job *job)
             sched_yield(); /* a worker descheduled mid-piece: let it run */
         }
     }
-    last_alone_ns = job->timed ? fm_alone_ns(job) : -1;
 }
 
 /* ---- pacing ------------------------------------------------------------------------ */
@@ -463,17 +465,6 @@ static fm_api api = {FM_API_VERSION, fm_split, fm_begin, fm_start, fm_finish, fm
 
 /* ---- NumPy's strided loops, for the numpy backend -------------------------------- */
 
-/* What numpy.ufunc._get_strided_loop fills in: the loop NumPy itself runs for the
- * resolved dtypes (and the given fixed strides), with its context and auxdata. */
-#define CALL_INFO "numpy_1.24_ufunc_call_info"
-typedef struct {
-    PyArrayMethod_StridedLoop *strided_loop;
-    PyArrayMethod_Context *context;
-    NpyAuxData *auxdata;
-    npy_bool requires_pyapi;
-    npy_bool no_floatingpoint_errors;
-} CallInfo;
-
 static void strided(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
     CallInfo *info = data;
@@ -483,16 +474,6 @@ static void strided(char **args, intptr_t const *count, intptr_t const *steps, v
 
 static fm_pace (*paces)[FM_BUCKETS] = NULL; /* Python callers' records, by number */
 static atomic_int npaces = 0;
-
-static int fpe_bits(int raised)
-{
-    return (raised & FE_DIVBYZERO ? UFUNC_FPE_DIVIDEBYZERO : 0)
-           | (raised & FE_OVERFLOW ? UFUNC_FPE_OVERFLOW : 0)
-           | (raised & FE_UNDERFLOW ? UFUNC_FPE_UNDERFLOW : 0)
-           | (raised & FE_INVALID ? UFUNC_FPE_INVALID : 0);
-}
-
-#define NEED (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED)
 
 /* unary(loops, x, out, pace, min_split, piece, threads) -> NumPy's FP flag bits, or None;
  * x: one array, or a tuple of one or two (a two-argument ufunc's operands, of one dtype) */
@@ -947,15 +928,6 @@ static PyObject *py_set_clock(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *py_last_cpu(PyObject *self, PyObject *unused)
-{
-    long long ns = last_alone_ns;
-    if (ns < 0) {
-        Py_RETURN_NONE;
-    }
-    return PyFloat_FromDouble((double)ns * 1e-9);
-}
-
 static PyObject *py_stats(PyObject *self, PyObject *unused)
 {
     unsigned long w = atomic_load(&wakes);
@@ -1073,9 +1045,6 @@ static PyMethodDef methods[] = {
     {"_set_clock", py_set_clock, METH_VARARGS,
      "_set_clock(wall, cpu): for tests, the pacing's clocks are these callables (seconds:\n"
      "the time, and the calling thread's CPU time); None, None puts the real ones back"},
-    {"last_cpu", py_last_cpu, METH_NOARGS,
-     "last_cpu() -> seconds or None: what this thread's last call on the pool would have\n"
-     "taken in one thread (its own CPU time for its pieces, scaled to all)"},
     {"stats", py_stats, METH_NOARGS,
      "stats() -> {workers, parks, joins, parked, spin, wakes, wake}: threads started, times\n"
      "one parked, joined a call, parked now; the spin (s); wake-ups from parked and their\n"

@@ -14,6 +14,15 @@
 #define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
 #define FM_KEEP 3     /* whole runs remembered per record */
 
+/* A spin-wait's hint to the core (a waiting thread in a loop that reads one shared word). */
+#if defined(__x86_64__) || defined(__i386__)
+#define RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define RELAX() __asm__ __volatile__("yield")
+#else
+#define RELAX() ((void)0)
+#endif
+
 /* A chunk kernel: NumPy's inner-loop signature (PyUFuncGenericFunction). */
 typedef void (*fm_loop)(char **args, intptr_t const *count, intptr_t const *steps, void *data);
 
@@ -28,6 +37,7 @@ typedef struct {
     intptr_t n, piece;
     _Atomic intptr_t next; /* next piece's first element */
     atomic_int flags;      /* FP flags (FE_*) raised in the pool's threads */
+    atomic_int seats;      /* set by start(): pool threads that may still join */
     int timed;             /* time the caller's pieces: caller_ns, caller_n */
     int woke;              /* set by start(): a worker was parked when it began */
     long long caller_ns;
@@ -66,12 +76,5 @@ typedef struct {
     unsigned (*one_thread_ps)(fm_pace *pace);
     fm_pace *(*pace_of)(fm_pace *paces, intptr_t n);
 } fm_api;
-
-/* What the job would have taken in one thread: the caller's CPU time for its own pieces,
- * scaled to all of them; -1 when the caller ran none. */
-static inline long long fm_alone_ns(const fm_job *job)
-{
-    return job->caller_n > 0 ? (long long)((double)job->caller_ns * job->n / job->caller_n) : -1;
-}
 
 #endif

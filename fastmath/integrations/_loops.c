@@ -40,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../dispatch/_npy_loop.h"
 #include "../dispatch/_runtime.h"
 
 #define NSLOTS 1024
@@ -73,7 +74,6 @@ static int nslots = 0;
 static atomic_int enabled = 1;
 static atomic_int counting = 0; /* count calls: every run then takes long_run */
 
-static _Thread_local long long last_cpu_ns = -1; /* see py_last_cpu */
 
 /* Split one run over the runtime's pool (fm_split: it runs whole where splits lose now);
  * 0 when it could not (the caller then runs the original loop). */
@@ -174,19 +174,7 @@ static PyUFuncGenericFunction trampolines[NSLOTS] = {P256(0) P256(1) P256(2) P25
 
 /* ---- foreach: one ufunc loop over a list of arrays ------------------------------- */
 
-/* What numpy.ufunc._get_strided_loop fills in: the loop NumPy itself runs for the
- * resolved dtypes (and the given fixed strides), with its context and auxdata. */
-#define CALL_INFO "numpy_1.24_ufunc_call_info"
-typedef struct {
-    PyArrayMethod_StridedLoop *strided_loop;
-    PyArrayMethod_Context *context;
-    NpyAuxData *auxdata;
-    npy_bool requires_pyapi;
-    npy_bool no_floatingpoint_errors;
-} CallInfo;
-
 #define MAXLOOPS 16
-#define ERRORS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID)
 
 typedef struct {
     PyArray_Descr *in, *out;
@@ -202,25 +190,12 @@ typedef struct {
     int flags;        /* NumPy's UFUNC_FPE_* bits this item raised */
 } Item;
 
-static int fpe_bits(int raised)
-{
-    return (raised & FE_DIVBYZERO ? UFUNC_FPE_DIVIDEBYZERO : 0)
-           | (raised & FE_OVERFLOW ? UFUNC_FPE_OVERFLOW : 0)
-           | (raised & FE_UNDERFLOW ? UFUNC_FPE_UNDERFLOW : 0)
-           | (raised & FE_INVALID ? UFUNC_FPE_INVALID : 0);
-}
-
 /* Run.ready: the items made so far; with CLOSED added, every item there will be. */
 #define CLOSED ((npy_intp)1 << 62)
 /* Pauses (some 50 us) a thread spends waiting for items in the making before it sleeps
  * between looks: the caller makes an item in a fraction of the time one takes to run,
  * unless it was descheduled or has a long out= list to check. */
 #define SPINS 2000
-#if defined(__x86_64__) || defined(__i386__)
-#define RELAX() __builtin_ia32_pause()
-#else
-#define RELAX() ((void)0)
-#endif
 
 typedef struct {
     atomic_int failed; /* a loop returned an error */
@@ -374,7 +349,6 @@ static int parse_loops(PyObject *loops, Loop *out)
     return n;
 }
 
-#define NEED (NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED)
 
 /* The loop for array x, or NULL when NumPy's call would do more than run it over x's
  * memory in order: a cast, another layout, a 0-d result (a scalar), or a subclass. */
@@ -489,7 +463,7 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     atomic_init(&run.failed, 0);
     atomic_init(&run.ready, 0);
     fm_job job;
-    job.timed = 1;
+    job.timed = 0;
     job.loop = run_items;
     job.data = &run;
     job.nargs = 1;
@@ -567,7 +541,6 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         rt->finish(&job);
         rt->end();
     }
-    last_cpu_ns = pooled && apart && !bad ? fm_alone_ns(&job) : -1;
     if (!bad && !(pooled && apart)) { /* this thread alone */
         atomic_store_explicit(&run.ready, m | CLOSED, memory_order_relaxed);
         run_items(&first, &all, NULL, &run);
@@ -802,15 +775,6 @@ static PyObject *py_set_counting(PyObject *self, PyObject *args)
     return PyBool_FromLong(before);
 }
 
-static PyObject *py_last_cpu(PyObject *self, PyObject *unused)
-{
-    long long ns = last_cpu_ns;
-    if (ns < 0) {
-        Py_RETURN_NONE;
-    }
-    return PyFloat_FromDouble((double)ns * 1e-9);
-}
-
 PyObject *fastmath_hot(PyObject *module, PyObject *state);  /* fastmath/frontends/_hot.c */
 
 static PyMethodDef methods[] = {
@@ -829,10 +793,6 @@ static PyMethodDef methods[] = {
      "pace(slot, n) -> {left, skip, since, kept, one_thread}: the back-off record of runs of\n"
      "about n elements (one_thread: seconds a whole run of n takes lately, or None)"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
-    {"last_cpu", py_last_cpu, METH_NOARGS,
-     "last_cpu() -> seconds or None: the time the last foreach() that ran on the pool would\n"
-     "have taken in one thread (the caller's CPU time for its own pieces, scaled to all);\n"
-     "None: it ran in the caller's thread alone"},
     {"foreach", py_foreach, METH_VARARGS,
      "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads, stop=0)\n"
      "-> (flags, left, bytes allocated, elements): NumPy's loop over each array of ins,\n"

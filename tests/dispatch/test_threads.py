@@ -95,3 +95,43 @@ def test_under_threadpool_limits_a_call_runs_in_the_callers_thread():
     finally:
         _runtime.set_pacing(before)
     assert got.tobytes() == np.exp(x).tobytes()
+
+
+def test_a_call_uses_no_more_threads_than_its_limit():
+    """Workers started for a larger limit stay out of a call made under a smaller one
+    (the limit lowered by set_threads, FASTMATH_NUM_THREADS or threadpoolctl): every
+    spinning worker once joined every call. The call's pieces here are a ctypes function
+    in a VML entry point's signature that records its thread and sleeps 2 ms, so that every
+    worker has time to come."""
+    import ctypes
+    import threading
+    import time
+
+    seen = set()
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    def piece(n, a, r, mode):
+        seen.add(threading.get_ident())
+        time.sleep(0.002)
+    address = ctypes.cast(piece, ctypes.c_void_p).value
+    x = np.ones(1 << 16)
+    out = np.empty_like(x)
+    pace = _runtime.new_pace()
+    before, pacing = _runtime.threads(), _runtime.set_pacing(False)
+    try:
+        _runtime.set_threads(3)
+        for _ in range(20):  # until three threads took pieces (one may wake late)
+            seen.clear()
+            _runtime.vml(address, (x,), out, 0, pace, 0, 0, False)
+            if len(seen) == 3:
+                break
+        if len(seen) < 3:
+            pytest.skip("three threads never ran at once here")
+        _runtime.set_threads(2)
+        for _ in range(10):
+            seen.clear()
+            _runtime.vml(address, (x,), out, 0, pace, 0, 0, False)
+            assert len(seen) <= 2
+    finally:
+        _runtime.set_threads(before)
+        _runtime.set_pacing(pacing)
