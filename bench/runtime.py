@@ -38,15 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import fastmath  # noqa: E402
 from fastmath.dispatch import _runtime  # noqa: E402
 
-
-def _spin(core):
-    if hasattr(os, "sched_setaffinity"):
-        try:
-            os.sched_setaffinity(0, {core})
-        except OSError:
-            pass
-    while True:
-        pass
+from busy import _spin  # noqa: E402 - bench/busy.py's process spinning on one core
 
 
 def per_call(fn, target=0.005, batches=3):

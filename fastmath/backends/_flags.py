@@ -38,11 +38,11 @@ def flags_possible(out) -> bool:
     element into a temporary mask and then scan the mask. Underflow leaves no such trace:
     when it is watched, the front end's full check runs.
     """
-    modes = _fpe.error_modes()
-    if not _fpe.watched(True, modes) or out.size == 0:
+    if out.size == 0:
         return False
-    if _fpe.underflow_matters(modes):
-        return True
+    todo = need(True)
+    if todo != LOOK:
+        return todo == UNKNOWN
     if _runtime is not None:
         finite = _runtime.finite(out)
         if finite is not None:

@@ -205,7 +205,7 @@ class _Kernel:
         self.pace = _runtime.new_pace() if _runtime is not None else -1
         self.min_split = RUNTIME_MIN_BYTES / cost
 
-    def _run(self, ins, out):
+    def _on_pool(self, ins, out):
         """The call on the runtime, what is left to do about FP errors; None where it
         cannot take it (the Python pool's path then runs)."""
         if self.pace < 0:
@@ -236,7 +236,7 @@ class _Unary(_Kernel):
             return 0
         if _layout((x, out)) is None:
             return NotImplemented
-        status = self._run((x,), out)
+        status = self._on_pool((x,), out)
         if status is not None:
             return status
         _run(lambda n, xp, op: fn(n, xp, op, MODE), (x, out), out.nbytes, self.min_bytes)
@@ -262,7 +262,7 @@ class _Binary(_Kernel):
         if out.size == 0:
             return 0
         if x2.shape == out.shape and _layout((x1, x2, out)) is not None:
-            status = self._run((x1, x2), out)
+            status = self._on_pool((x1, x2), out)
             if status is not None:
                 return status
             _run(lambda n, p1, p2, po: fn(n, p1, p2, po, MODE), (x1, x2, out), out.nbytes,

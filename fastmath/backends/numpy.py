@@ -51,8 +51,8 @@ class _Unary:
     (``masked``) rather than gathering the selected elements into a contiguous run.
 
     A contiguous call of one of NumPy's own ufuncs of one or two arguments (of one shape
-    and dtype) from ``RUNTIME_MIN_BYTES``
-    (over the row's cost) runs on fastmath's native runtime (fastmath/dispatch/_runtime.c):
+    and dtype) from ``RUNTIME_MIN_BYTES`` (over the row's cost) runs on fastmath's native
+    runtime (fastmath/dispatch/_runtime.c):
     NumPy's very loop, looked up once per dtype (``numpy.ufunc._get_strided_loop``), over
     pieces that the caller and the pool's threads claim, no Python per piece, the GIL
     released throughout; the runtime's pacing runs it whole where a split loses now.

@@ -166,6 +166,18 @@ def clocks():
     _runtime.set_spin(spin)
 
 
+def _splits_take_three_times_a_whole_call(wall, cpu):
+    """Every call reads the wall clock twice (1 ms apart), and a split also reads the
+    caller's CPU time twice, each reading moving the wall clock on by 1 ms: a whole call
+    takes 1 ms, a split 3 ms, with no CPU time of the caller's."""
+    cpu.tick = 0.0
+
+    def cpu_reading():
+        wall.advance(1e-3)
+        return cpu()
+    _runtime._set_clock(wall, cpu_reading)
+
+
 def _kernel():
     from fastmath._registry import BY_NAME
 
@@ -177,13 +189,7 @@ def test_a_size_whose_splits_lose_runs_in_one_piece(clocks):
     size run whole, for a pause that doubles while splits keep losing, while other sizes
     keep records of their own. Here a whole call takes 1 ms and a split 3 ms (the caller's
     two CPU-time readings move the wall clock on by 1 ms each)."""
-    wall, cpu = clocks
-    cpu.tick = 0.0
-
-    def cpu_reading():
-        wall.advance(1e-3)
-        return cpu()
-    _runtime._set_clock(wall, cpu_reading)
+    _splits_take_three_times_a_whole_call(*clocks)
     kernel = _kernel()
     x = np.random.default_rng(3).standard_normal(N)
     out = np.empty_like(x)
@@ -288,13 +294,7 @@ def test_a_split_that_woke_a_parked_worker_is_not_judged(clocks):
     pause end in a longer one (the paused calls leave the workers time to park). Here
     workers park at once and every split is slower than the calls run whole: none is
     judged, so no call is kept whole beyond the timed samples."""
-    wall, cpu = clocks
-    cpu.tick = 0.0
-
-    def cpu_reading():
-        wall.advance(1e-3)
-        return cpu()
-    _runtime._set_clock(wall, cpu_reading)
+    _splits_take_three_times_a_whole_call(*clocks)
     _runtime.set_spin(0.0)
     _runtime.fixed_cost(1, 0)  # the pool started, then its workers parked (a spin begun
     for _ in range(200):       # before set_spin runs its old course)
