@@ -341,6 +341,11 @@ static void fm_finish(fm_job *job)
 
 /* ---- pacing ------------------------------------------------------------------------ */
 
+static fm_pace (*paces)[FM_BUCKETS] = NULL; /* Python callers' records, by number */
+static atomic_int npaces = 0;
+
+static long long wall_ns_now(void) { return wall_ns(); }
+
 static fm_pace *fm_pace_of(fm_pace *paces, intptr_t n)
 {
     int b = 63 - __builtin_clzll((unsigned long long)(n > 0 ? n : 1));
@@ -352,18 +357,25 @@ static fm_pace *fm_pace_of(fm_pace *paces, intptr_t n)
 #define KEEP_FLAGS_BEGIN fexcept_t kept_flags_; fegetexceptflag(&kept_flags_, FE_ALL_EXCEPT);
 #define KEEP_FLAGS_END fesetexceptflag(&kept_flags_, FE_ALL_EXCEPT);
 
-static void run_whole(fm_pace *pace, fm_job *job)
+/* A run of n elements kept whole took ns: its time per element joins the last FM_KEEP. */
+static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
 {
-    long long t0 = wall_ns();
-    intptr_t n = job->n;
-    job->loop(job->args, &n, job->steps, job->data);
     KEEP_FLAGS_BEGIN
-    double ps = (wall_ns() - t0) * 1e3 / (double)n;
+    fm_pace *pace = fm_pace_of(paces, n);
+    double ps = ns * 1e3 / (double)(n > 0 ? n : 1);
     unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)(ps + 0.5);
     int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
     atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
     atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
     KEEP_FLAGS_END
+}
+
+static void run_whole(fm_pace *paces, fm_job *job)
+{
+    long long t0 = wall_ns();
+    intptr_t n = job->n;
+    job->loop(job->args, &n, job->steps, job->data);
+    fm_kept(paces, job->n, wall_ns() - t0);
 }
 
 static unsigned fm_one_thread_ps(fm_pace *pace)
@@ -390,6 +402,65 @@ static int within(int threads)
     return threads > 0 && threads < limit ? threads : limit;
 }
 
+/* Whether a call of n elements of this kernel splits now (FM_SPLIT) or runs whole: during
+ * a pause after a lost split (FM_WHOLE_PACED) or to keep the time of a whole run
+ * (FM_WHOLE_SAMPLED); a whole run is timed and handed to fm_kept, a split to fm_judge.
+ * *timed: the split is one of those also judged against the caller's CPU time. */
+static int fm_decide(fm_pace *paces, intptr_t n, int *timed)
+{
+    fm_pace *pace = fm_pace_of(paces, n);
+    *timed = 0;
+    if (!atomic_load_explicit(&pacing, memory_order_relaxed)) {
+        return FM_SPLIT;
+    }
+    int left = atomic_load_explicit(&pace->left, memory_order_relaxed);
+    int since = atomic_fetch_add_explicit(&pace->since, 1, memory_order_relaxed);
+    int sample = since >= SAMPLE
+                 || (since > 0 && atomic_load_explicit(&pace->kept, memory_order_relaxed) == 0);
+    if (left > 0) {
+        atomic_fetch_sub_explicit(&pace->left, 1, memory_order_relaxed);
+        return FM_WHOLE_PACED;
+    }
+    if (sample) {
+        return FM_WHOLE_SAMPLED;
+    }
+    *timed = atomic_fetch_add_explicit(&pace->splits, 1, memory_order_relaxed)
+             % atomic_load_explicit(&cpu_every, memory_order_relaxed) == 0;
+    return FM_SPLIT;
+}
+
+/* A split of n elements took `wall` ns; `alone`: what one thread would have taken (-1:
+ * not measured). It lost if it took longer than the kernel's recent whole runs at this
+ * length, or more than a twentieth over `alone`: then the next `skip` calls run whole. */
+static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone, int woke)
+{
+    if (!atomic_load_explicit(&pacing, memory_order_relaxed)) {
+        return;
+    }
+    KEEP_FLAGS_BEGIN
+    fm_pace *pace = fm_pace_of(paces, n);
+    int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
+    skip = skip < 1 ? 1 : skip;
+    unsigned whole = fm_one_thread_ps(pace);
+    int lost = (alone >= 0 && wall * 100 > alone * 105)
+               || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)n);
+    if (lost && woke) {
+        /* A worker had parked (the calls kept whole by a pause leave it time to): its
+         * wake-up, 30 us to over a millisecond on a VM, is no sign of a busy core, and
+         * counting it a loss made every pause end in another, longer one. The next
+         * split, its workers spinning, decides. */
+    }
+    else if (lost) {
+        atomic_store_explicit(&pace->left, skip, memory_order_relaxed);
+        atomic_store_explicit(&pace->skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
+                              memory_order_relaxed);
+    }
+    else {
+        atomic_store_explicit(&pace->skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
+    }
+    KEEP_FLAGS_END
+}
+
 static int fm_split(fm_pace *paces, fm_job *job, int threads)
 {
     threads = within(threads);
@@ -400,25 +471,13 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
         job->piece = (job->n + threads - 1) / threads;
     }
     job->piece = (job->piece + 63) & ~(intptr_t)63; /* pieces start 64-element aligned */
-    fm_pace *pace = fm_pace_of(paces, job->n);
-    int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
-    if (paced) {
-        int left = atomic_load_explicit(&pace->left, memory_order_relaxed);
-        int since = atomic_fetch_add_explicit(&pace->since, 1, memory_order_relaxed);
-        int sample = since >= SAMPLE
-                     || (since > 0 && atomic_load_explicit(&pace->kept, memory_order_relaxed) == 0);
-        if (left > 0 || sample) {
-            fm_end();
-            if (left > 0) {
-                atomic_fetch_sub_explicit(&pace->left, 1, memory_order_relaxed);
-            }
-            run_whole(pace, job);
-            return left > 0 ? FM_WHOLE_PACED : FM_WHOLE_SAMPLED;
-        }
+    int how = fm_decide(paces, job->n, &job->timed);
+    if (how != FM_SPLIT) {
+        fm_end();
+        run_whole(paces, job);
+        return how;
     }
-    job->timed = paced
-                 && atomic_fetch_add_explicit(&pace->splits, 1, memory_order_relaxed)
-                    % atomic_load_explicit(&cpu_every, memory_order_relaxed) == 0;
+    int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
     long long t0 = paced ? wall_ns() : 0;
     int ran = fm_start(job, threads);
     if (ran) {
@@ -429,29 +488,8 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
         return FM_NOT_RUN;
     }
     if (paced) {
-        KEEP_FLAGS_BEGIN
         long long wall = wall_ns() - t0;
-        long long alone = job->timed ? fm_alone_ns(job) : -1;
-        int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
-        skip = skip < 1 ? 1 : skip;
-        unsigned whole = fm_one_thread_ps(pace);
-        int lost = (alone >= 0 && wall * 100 > alone * 105)
-                   || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)job->n);
-        if (lost && job->woke) {
-            /* A worker had parked (the calls kept whole by a pause leave it time to): its
-             * wake-up, 30 us to over a millisecond on a VM, is no sign of a busy core, and
-             * counting it a loss made every pause end in another, longer one. The next
-             * split, its workers spinning, decides. */
-        }
-        else if (lost) {
-            atomic_store_explicit(&pace->left, skip, memory_order_relaxed);
-            atomic_store_explicit(&pace->skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
-                                  memory_order_relaxed);
-        }
-        else {
-            atomic_store_explicit(&pace->skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
-        }
-        KEEP_FLAGS_END
+        fm_judge(paces, job->n, wall, job->timed ? fm_alone_ns(job) : -1, job->woke);
     }
     int raised = atomic_load(&job->flags);
     if (raised) {
@@ -460,8 +498,15 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
     return FM_SPLIT;
 }
 
+/* A Python caller's records (new_pace()), for the other extensions; NULL for a bad number. */
+static fm_pace *fm_pace_by_id(int id)
+{
+    return id >= 0 && id < atomic_load(&npaces) ? paces[id] : NULL;
+}
+
 static fm_api api = {FM_API_VERSION, fm_split, fm_begin, fm_start, fm_finish, fm_end,
-                     fm_threads, fm_one_thread_ps, fm_pace_of};
+                     fm_threads, fm_one_thread_ps, fm_pace_of, fm_decide, fm_kept, fm_judge,
+                     fm_pace_by_id, wall_ns_now, fm_alone_ns};
 
 /* ---- NumPy's strided loops, for the numpy backend -------------------------------- */
 
@@ -472,8 +517,6 @@ static void strided(char **args, intptr_t const *count, intptr_t const *steps, v
                        info->auxdata);
 }
 
-static fm_pace (*paces)[FM_BUCKETS] = NULL; /* Python callers' records, by number */
-static atomic_int npaces = 0;
 
 /* unary(loops, x, out, pace, min_split, piece, threads) -> NumPy's FP flag bits, or None;
  * x: one array, or a tuple of one or two (a two-argument ufunc's operands, of one dtype) */
@@ -849,6 +892,60 @@ static PyObject *py_pace(PyObject *self, PyObject *args)
     return pace_dict(paces[pace], n);
 }
 
+/* The pacing for splitters written in Python (fastmath/dispatch/_parallel.py's pool, a
+ * library's own threads): the same records and rules as the native splitters'. */
+static fm_pace *pace_arg(int pace, Py_ssize_t n)
+{
+    fm_pace *p = fm_pace_by_id(pace);
+    if (p == NULL || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "pace must come from new_pace(), n be >= 1");
+    }
+    return p;
+}
+
+static PyObject *py_decide(PyObject *self, PyObject *args)
+{
+    int pace, timed;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "in", &pace, &n)) {
+        return NULL;
+    }
+    fm_pace *p = pace_arg(pace, n);
+    return p == NULL ? NULL : PyLong_FromLong(fm_decide(p, n, &timed));
+}
+
+static PyObject *py_kept(PyObject *self, PyObject *args)
+{
+    int pace;
+    Py_ssize_t n;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "ind", &pace, &n, &seconds)) {
+        return NULL;
+    }
+    fm_pace *p = pace_arg(pace, n);
+    if (p == NULL) {
+        return NULL;
+    }
+    fm_kept(p, n, (long long)(seconds * 1e9));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_judge(PyObject *self, PyObject *args)
+{
+    int pace, woke = 0;
+    Py_ssize_t n;
+    double wall, alone;
+    if (!PyArg_ParseTuple(args, "indd|p", &pace, &n, &wall, &alone, &woke)) {
+        return NULL;
+    }
+    fm_pace *p = pace_arg(pace, n);
+    if (p == NULL) {
+        return NULL;
+    }
+    fm_judge(p, n, (long long)(wall * 1e9), alone < 0 ? -1 : (long long)(alone * 1e9), woke);
+    Py_RETURN_NONE;
+}
+
 /* ---- the rest of the Python interface -------------------------------------------- */
 
 static PyObject *py_set_threads(PyObject *self, PyObject *args)
@@ -1032,6 +1129,13 @@ static PyMethodDef methods[] = {
     {"pace", py_pace, METH_VARARGS,
      "pace(number, n) -> {left, skip, since, kept, one_thread}: the back-off record of calls\n"
      "of about n elements (one_thread: seconds a whole call of n takes lately, or None)"},
+    {"decide", py_decide, METH_VARARGS,
+     "decide(pace, n) -> SPLIT (1), or WHOLE_PACED (2) / WHOLE_SAMPLED (3): whether a call of\n"
+     "n elements splits now; time it and hand a whole run to kept(), a split to judge()"},
+    {"kept", py_kept, METH_VARARGS, "kept(pace, n, seconds): a whole run of n elements took this"},
+    {"judge", py_judge, METH_VARARGS,
+     "judge(pace, n, wall, alone, woke=False): a split of n elements took `wall` seconds;\n"
+     "alone: what one thread would have taken (< 0: not measured)"},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per call, 0: all cores"},
     {"threads", py_threads, METH_NOARGS, "threads per call, the caller included"},
     {"set_spin", py_set_spin, METH_VARARGS,
@@ -1072,6 +1176,12 @@ PyMODINIT_FUNC PyInit__runtime(void)
     PyObject *cap = PyCapsule_New(&api, FM_CAPSULE, NULL);
     if (cap == NULL || PyModule_AddObject(m, "_C_API", cap) < 0) {
         Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "SPLIT", FM_SPLIT) < 0
+            || PyModule_AddIntConstant(m, "WHOLE_PACED", FM_WHOLE_PACED) < 0
+            || PyModule_AddIntConstant(m, "WHOLE_SAMPLED", FM_WHOLE_SAMPLED) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #define FM_CAPSULE "fastmath.dispatch._runtime._C_API"
-#define FM_API_VERSION 1
+#define FM_API_VERSION 2
 #define FM_MAXARGS 4
 #define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
 #define FM_KEEP 3     /* whole runs remembered per record */
@@ -75,6 +75,17 @@ typedef struct {
     int (*threads)(void);
     unsigned (*one_thread_ps)(fm_pace *pace);
     fm_pace *(*pace_of)(fm_pace *paces, intptr_t n);
+    /* The pacing alone, for a caller that runs its work itself: decide() says whether a
+     * call of n elements splits now (FM_SPLIT; *timed: judge it against the caller's CPU
+     * time too) or runs whole (FM_WHOLE_PACED, FM_WHOLE_SAMPLED); the caller times it
+     * (wall_ns) and hands a whole run to kept(), a split to judge() (alone: what one
+     * thread would have taken, -1 if not measured; woke: it waited for a parked worker). */
+    int (*decide)(fm_pace *paces, intptr_t n, int *timed);
+    void (*kept)(fm_pace *paces, intptr_t n, long long ns);
+    void (*judge)(fm_pace *paces, intptr_t n, long long wall, long long alone, int woke);
+    fm_pace *(*pace_by_id)(int id); /* a record from new_pace(); NULL for a bad number */
+    long long (*wall_ns)(void);
+    long long (*alone_ns)(const fm_job *job);
 } fm_api;
 
 #endif
