@@ -153,6 +153,10 @@ def _layout(arrays):
     return None
 
 
+# the calls the runtime does not take (built without a compiler, or a layout it declines)
+_POOL_PACE = _parallel.Pace()
+
+
 def _run(call, arrays, nbytes, min_bytes):
     """``call(n, *addresses)`` over matching chunks of contiguous ``arrays``, one thread
     of the pool per chunk, each with MKL's own threading off."""
@@ -162,12 +166,16 @@ def _run(call, arrays, nbytes, min_bytes):
             call(chunk[0].size, *map(_address, chunk))
         finally:
             _set_local_threads(before)
-    parts = _parallel.threads_now() if nbytes >= min_bytes else 1
-    if parts < 2:
+    if nbytes < min_bytes:
         task(arrays)
         return
-    _parallel.run([lambda c=c: task(c) for c in _parallel.chunk_views(arrays, parts)],
-                  adaptive=True)
+    plan = _parallel.plan(_POOL_PACE, arrays[-1].size)
+    if plan.parts < 2:
+        task(arrays)
+    else:
+        _parallel.run([lambda c=c: task(c) for c in _parallel.chunk_views(arrays, plan.parts)],
+                      plan)
+    plan.done()
 
 
 class MklBackend:

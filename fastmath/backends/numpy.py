@@ -58,7 +58,8 @@ class _Unary:
     released throughout; the runtime's pacing runs it whole where a split loses now.
     Everything else large splits on the Python pool, one NumPy call per chunk."""
 
-    __slots__ = ("ufunc", "min_bytes", "maskable", "_native", "_pace", "_min_split")
+    __slots__ = ("ufunc", "min_bytes", "maskable", "_native", "_pace", "_min_split",
+                 "_pool_pace")
     any_strides = True
 
     def __init__(self, ufunc, min_bytes, maskable=False, cost=1.0):
@@ -70,6 +71,7 @@ class _Unary:
         # on the first call that could use them.
         self._native = None if maskable and _runtime is not None else ()
         self._pace = -1
+        self._pool_pace = _parallel.Pace()  # the calls split on the Python pool
         self._min_split = RUNTIME_MIN_BYTES / cost
 
     def __call__(self, *ins):
@@ -102,10 +104,13 @@ class _Unary:
         """A large call, over chunks on the pool; the FP flags for the front end to report."""
         ufunc = self.ufunc
         kw = {} if mask is None else {"where": mask}
-        parts = _parallel.threads_now()
+        plan = _parallel.plan(self._pool_pace, out.size)
+        parts = plan.parts
         if parts < 2:  # one piece after all (one core, or a contended one): the flags are
             # reported as a split call's are, from the caller's line
-            return recorded(ufunc, *ins, out=out, **kw)
+            flags = recorded(ufunc, *ins, out=out, **kw)
+            plan.done()
+            return flags
         # chunks follow the output's layout; inputs and the mask may be broadcast views
         extra = () if mask is None else (mask,)
         views = _parallel.chunk_views((out,) + tuple(
@@ -117,8 +122,9 @@ class _Unary:
         else:
             tasks = [lambda v=v: recorded(ufunc, *v[1:n], out=v[0], where=v[n]) for v in views]
         flags = 0
-        for f in _parallel.run(tasks, adaptive=True):
+        for f in _parallel.run(tasks, plan):
             flags |= f
+        plan.done()
         return flags
 
     def _compiled(self, xs, out):
@@ -192,17 +198,21 @@ class _Elementwise(_Unary):
     """A plain NumPy function (no ``out=``): each chunk's result is copied into place."""
 
     def __call__(self, x, out):
-        parts = _parallel.threads_now() if out.size * out.itemsize >= self.min_bytes else 1
         fn = self.ufunc
 
         def task(xs, os):
             with np.errstate(all="ignore"):  # the front end re-runs the reference to report
                 os[...] = fn(xs)
-        if parts < 2:
+        if out.size * out.itemsize < self.min_bytes:
+            task(x, out)
+            return UNCHECKED
+        plan = _parallel.plan(self._pool_pace, out.size)
+        if plan.parts < 2:
             task(x, out)
         else:
-            _parallel.run([lambda v=v: task(*v) for v in _parallel.chunk_views((x, out), parts)],
-                          adaptive=True)
+            _parallel.run([lambda v=v: task(*v)
+                           for v in _parallel.chunk_views((x, out), plan.parts)], plan)
+        plan.done()
         return UNCHECKED
 
 
@@ -215,10 +225,11 @@ class _Softmax:
     front end to decide whether SciPy must say what they were.
     """
 
-    __slots__ = ("log",)
+    __slots__ = ("log", "paces")
 
     def __init__(self, log):
         self.log = log
+        self.paces = (_parallel.Pace(), _parallel.Pace())  # blocks; the whole-array formula
 
     def block(self, x, axes, out):
         m = np.max(x, axis=axes, keepdims=True)
@@ -240,17 +251,23 @@ class _Softmax:
                     if flags is not None:
                         return flags
         kept = [a for a in range(x.ndim) if a not in axes and x.shape[a] > 1]
-        parts = _parallel.threads_now() if kept and x.nbytes * 4 >= PARALLEL_MIN_BYTES else 1
-        if parts < 2:
+        if not kept or x.nbytes * 4 < PARALLEL_MIN_BYTES:
             return recorded(self.block, x, axes, out)
+        plan = _parallel.plan(self.paces[0], x.size)
+        parts = plan.parts
+        if parts < 2:
+            flags = recorded(self.block, x, axes, out)
+            plan.done()
+            return flags
         axis = max(kept, key=lambda a: x.shape[a])
         tasks = []
         for i, j in _parallel.bounds(x.shape[axis], min(parts, x.shape[axis])):
             index = (slice(None),) * axis + (slice(i, j),)
             tasks.append(lambda index=index: recorded(self.block, x[index], axes, out[index]))
         flags = 0
-        for f in _parallel.run(tasks, adaptive=True):
+        for f in _parallel.run(tasks, plan):
             flags |= f
+        plan.done()
         return flags
 
     def _whole(self, x, out):
@@ -258,11 +275,12 @@ class _Softmax:
         in one pass, then the division (or subtraction of the log) in another. The leaves'
         sums add up along NumPy's pairwise tree, so the sum is bitwise NumPy's. None for
         a non-finite maximum (the one-block formula answers)."""
-        parts = _parallel.threads_now()
+        plan = _parallel.plan(self.paces[1], x.size)
+        parts = plan.parts
 
         def pieces(a):
             return _parallel.chunk_views((a,), parts) if parts > 1 else [(a,)]
-        top = np.max(_parallel.run([lambda v=v[0]: np.max(v) for v in pieces(x)], adaptive=True))
+        top = np.max(_parallel.run([lambda v=v[0]: np.max(v) for v in pieces(x)], plan))
         if not np.isfinite(top):
             return None
         tree = _pairwise(0, x.size)
@@ -281,7 +299,7 @@ class _Softmax:
 
         groups = _parallel.bounds(len(leaves), min(len(leaves), 4 * parts if parts > 1 else 1))
         flags, sums = 0, []
-        for f, part in _parallel.run([lambda g=g: group(*g) for g in groups], adaptive=True):
+        for f, part in _parallel.run([lambda g=g: group(*g) for g in groups], plan):
             flags |= f
             sums += part
         total = _fold(tree, iter(sums))
@@ -292,8 +310,9 @@ class _Softmax:
             finish = np.divide
         tasks = [lambda v=v[0]: recorded(finish, v, total, out=v)
                  for v in pieces(out)]
-        for f in _parallel.run(tasks, adaptive=True):
+        for f in _parallel.run(tasks, plan):
             flags |= f
+        plan.done()
         return flags
 
 
@@ -336,7 +355,6 @@ def lse_partial(a, axes, b=None):
         part = _lse_groups(a, axes)
         if part is not None:
             return part
-    nthreads = _parallel.threads_now()
     axis = _parallel.split_axis(a.shape, a.strides)
     n = a.shape[axis]
     per_row = a.size // n
@@ -361,9 +379,11 @@ def lse_partial(a, axes, b=None):
                     dst[index] = src
         return partials
 
+    plan = _parallel.plan(_LSE_PACES[0], a.size)
     tasks = [lambda lo=lo, hi=hi: work(lo, hi)
-             for lo, hi in _parallel.bounds(nblocks, min(nthreads, nblocks))]
-    parts = [p for task in _parallel.run(tasks, adaptive=True) for p in task]
+             for lo, hi in _parallel.bounds(nblocks, min(plan.parts, nblocks))]
+    parts = [p for task in _parallel.run(tasks, plan) for p in task]
+    plan.done()
     if not reduced:
         return tuple(result)
     # merged block by block in order, however many threads ran: the same bits every call
@@ -412,7 +432,7 @@ def _lse_groups(a, axes):
             r, lo, hi = pieces[i]
             return kernel.partial(v[r:r + 1, lo:hi], 0, *(p[i] for p in parts))
 
-        if not all(_run([lambda i=i: flat(i) for i in range(len(pieces))])):
+        if not all(_run([lambda i=i: flat(i) for i in range(len(pieces))], a.size)):
             return None
         for r in range(rows):
             acc = [p[r * per] for p in parts]
@@ -439,7 +459,7 @@ def _lse_groups(a, axes):
             i = lo // per_group
             return kernel.partial(v[lo:lo + per_group], 2, *(x[i] for x in res))
 
-    if not all(_run([lambda lo=lo: group(lo) for lo in starts])):
+    if not all(_run([lambda lo=lo: group(lo) for lo in starts], a.size)):
         return None
     if mode == 2:
         acc = [x[0] for x in res]
@@ -452,7 +472,17 @@ def _lse_groups(a, axes):
 _LSE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _run(tasks):
-    if _parallel.threads_now() < 2:  # splitting has been losing: NumPy's way, one thread
-        return [task() for task in tasks]
-    return _parallel.run(tasks, adaptive=True)
+# the paces of the Python blocks (lse_partial) and of the compiled kernel's groups (_run)
+_LSE_PACES = (_parallel.Pace(), _parallel.Pace())
+
+
+def _run(tasks, n):
+    """The compiled kernel's groups (of ``n`` elements in all) on the pool, or in this
+    thread where splitting has been losing; in order either way."""
+    plan = _parallel.plan(_LSE_PACES[1], n)
+    if plan.parts < 2:
+        results = [task() for task in tasks]
+    else:
+        results = _parallel.run(tasks, plan)
+    plan.done()
+    return results

@@ -28,6 +28,11 @@ import threading
 
 from . import _config, _threads
 
+try:
+    from . import _runtime
+except ImportError:  # built without a compiler: nothing is paced
+    _runtime = None
+
 # A chunk smaller than this costs more in handoff (a lock and a Python call, a few us)
 # than it can win back in balance.
 MIN_CHUNK_BYTES = 1 << 16
@@ -156,129 +161,111 @@ def _get_queue(workers: int) -> queue.SimpleQueue:
         return _jobs
 
 
-class _Contention:
-    """Whether splitting has been losing lately, for ``run(adaptive=True)``.
+class Pace:
+    """One Python splitter's record in the runtime's pacing policy (dispatch/_runtime.c:
+    the same records and rules as every native splitter's), per kernel and power of two
+    of the length.
 
-    On a machine with more runnable threads than cores, every handoff of the GIL between
-    the caller and a helper waits for the scheduler (milliseconds, against chunks of
-    0.1 ms): a split call then takes longer than the CPU time its chunks used, which one
-    thread would have spent without a handoff. After such a call the next ``skip`` calls
-    run in the caller's thread alone (doubling while splitting keeps losing, halving when
-    it wins), then one is split again to see whether the cores are back.
+    A split is worth it only when it finishes sooner than the call run whole would, on
+    this machine now (a busy core, another library's threads spinning after their own
+    call, or a call too short for the handoff make it lose): each split is timed against
+    the kernel's recent whole runs at that length and against its tasks' CPU time, and one
+    that lost sends the next calls of that kernel and length whole, for a pause that
+    doubles while splits keep losing and halves when one wins. Without the compiled
+    runtime nothing is paced: calls split over ``threads()``.
     """
 
-    LOST = 0.9  # wall time over CPU time beyond which a split call lost (2 free cores: ~0.55)
-    # One lost call is often a passing thing (the pool's first start, another library's
-    # threads spinning down, a fresh output's page faults): a pause of one call costs
-    # little if the cores are free after all, and repeated losses double it quickly.
-    FIRST, MOST = 1, 256
-    # A helper's wake-up takes up to ~0.1 ms on a VM: a short call that waited for it has
-    # not met a busy core, and judging it so kept later large calls in one piece too.
-    WAKE = 2e-4
+    __slots__ = ("_id",)
 
     def __init__(self):
-        self.skip = self.FIRST
-        self.left = 0
+        self._id = -1
 
-    def split_now(self) -> bool:
-        if self.left:
-            self.left -= 1
-            return False
-        return True
+    def id(self) -> int:
+        if self._id < 0:  # taken on first use (two threads racing waste one record)
+            self._id = _runtime.new_pace()
+        return self._id
 
-    def record(self, wall, cpu):
-        self.judge(wall > self.LOST * cpu + self.WAKE)
-
-    def judge(self, lost: bool) -> None:
-        if lost:
-            self.left = self.skip
-            self.skip = min(2 * self.skip, self.MOST)
-        else:  # halved, not reset: one lucky call on a busy machine is no all-clear
-            self.skip = max(self.FIRST, self.skip // 2)
+    def stats(self, n: int) -> dict:
+        """The record for calls of about ``n`` elements (see ``_runtime.pace``)."""
+        return _runtime.pace(self.id(), n)
 
 
-contention = _Contention()
+class Plan:
+    """One call's way, from :func:`plan`: ``parts`` threads (1: whole). ``done()`` hands
+    its time to the pace."""
+
+    __slots__ = ("pace", "n", "parts", "start", "cpu")
+
+    def __init__(self, pace, n, parts, start=0.0):
+        self.pace, self.n, self.parts, self.start = pace, n, parts, start
+        self.cpu = 0.0  # the split tasks' CPU seconds (None: some ran inline, not judged)
+
+    def done(self) -> None:
+        if self.pace is None:
+            return
+        wall = clock() - self.start
+        if self.parts < 2:
+            _runtime.kept(self.pace.id(), self.n, wall)
+        elif self.cpu is not None:
+            _runtime.judge(self.pace.id(), self.n, wall, self.cpu)
 
 
-class _OwnContention(_Contention):
-    """The back-off of kernels on their library's own threads (OwnThreads). A lost call
-    of theirs costs milliseconds (a preempted part), where the kernel that stands in costs
-    at most about twice theirs: their pauses start longer and grow further."""
-
-    FIRST, MOST = 8, 1024
-
-
-own_contention = _OwnContention()
+def plan(pace: Pace, n: int) -> Plan:
+    """How a compute-only call of ``n`` elements runs now: split over ``threads()`` or
+    whole, as ``pace``'s record says (see :class:`Pace`). Pass the plan to :func:`run`
+    and call its ``done()`` when the call has finished."""
+    t = threads()
+    if t < 2 or _runtime is None or n < 1:
+        return Plan(None, n, t)
+    if _runtime.decide(pace.id(), n) != _runtime.SPLIT:
+        return Plan(pace, n, 1, clock())
+    return Plan(pace, n, t, clock())
 
 
 class OwnThreads:
     """Under ``auto``, a kernel that runs on its library's own threads (torch's OpenMP)
-    kept to the same rule as a split of fastmath's pool.
+    kept to the runtime's pacing policy like every split.
 
     Such a library splits every call in equal parts and waits for the slowest: when the
     cores are taken by other processes, a part whose thread was preempted holds the call
     for a scheduler slice (torch's erf of 10^5 float64 took 16 ms, SciPy's 1.9 ms, on the
-    2-core AMD EPYC with other jobs running). Each call its library splits is timed as a
-    split of the pool is, the process's CPU time standing in for the tasks' (spinning
-    threads included). While such splits are losing (a :class:`_Contention` of their own:
-    the pool's chunks, handed out as threads come free, still win where equal parts lose)
-    ``then``, a kernel that computes the very same bits (torch's erf and mkl's are both
-    VML's), runs the call instead, and this one only where ``then`` declines it: ``auto``'s
+    2-core AMD EPYC with other jobs running). Its calls are this kernel's splits and
+    ``then``'s calls its whole runs: ``then``, a kernel that computes the very same bits
+    (torch's erf and mkl's are both VML's), on one thread. A call of this kernel slower
+    than ``then``'s recent ones, or than its process's CPU time, lost, and the next calls
+    of that size run on ``then`` (this one only where ``then`` declines a call): ``auto``'s
     results never depend on the load. ``splits(size)``: whether the library's own threads
     take part in a call of that size.
     """
 
-    __slots__ = ("kernel", "splits", "then", "alone", "calls")
-
-    # A call of torch's slower than ``then`` (one thread, the same bits) lost too, whatever
-    # the CPU time says: a thread of torch's waiting at the barrier for a preempted part
-    # spins, and counts as CPU time. erf of 10^4 float32 with another process on one core:
-    # torch 0.27 ms a call (0.013 idle), mkl 0.022, SciPy 0.07. ``then`` is timed on the
-    # first call of each size class and every PROBE-th call after.
-    PROBE, MARGIN = 256, 1e-5
+    __slots__ = ("kernel", "splits", "then", "pace")
 
     def __init__(self, kernel, splits, then):
         self.kernel, self.splits, self.then = kernel, splits, then
-        self.alone = {}  # size class -> the fastest wall time of ``then``
-        self.calls = 0
+        self.pace = Pace()
 
     def __call__(self, *args):
-        if not self.splits(args[-1].size) or threads() < 2:
+        n = args[-1].size
+        if not self.splits(n) or threads() < 2 or _runtime is None:
             return self.kernel(*args)
-        if not own_contention.split_now():
-            result = self.then(*args)
-            return self.kernel(*args) if result is NotImplemented else result
-        key = args[-1].size.bit_length()
-        alone = self.alone.get(key)
-        self.calls += 1
-        if alone is None or self.calls % self.PROBE == 0:
+        pace = self.pace.id()
+        if _runtime.decide(pace, n) != _runtime.SPLIT:
             start = clock()
             result = self.then(*args)
             if result is not NotImplemented:
-                wall = clock() - start
-                self.alone[key] = wall if alone is None else min(alone, wall)
+                _runtime.kept(pace, n, clock() - start)
                 return result
+            return self.kernel(*args)
+        # a thread of the library's waiting at its barrier for a preempted part spins,
+        # which counts as CPU time: the comparison with ``then`` is what catches that
         cpu, start = process_clock(), clock()
         result = self.kernel(*args)
         if result is not NotImplemented:
-            wall = clock() - start
-            if alone is not None and wall > alone + self.MARGIN:
-                own_contention.judge(True)
-            else:
-                # A call within WAKE has not lost, whatever its CPU time (record's rule):
-                # the second read of the process's CPU time, a 0.6 us system call, is skipped.
-                own_contention.record(wall, process_clock() - cpu
-                                      if wall > own_contention.WAKE else 0.0)
+            _runtime.judge(pace, n, clock() - start, process_clock() - cpu)
         return result
 
 
-def threads_now() -> int:
-    """The threads to split a compute-only call over now: one while splitting has been
-    losing (_Contention), so that the call runs as NumPy's own, in one piece."""
-    return threads() if contention.split_now() else 1
-
-
-def run(tasks, adaptive=False):
+def run(tasks, timed=None):
     """Run zero-argument callables concurrently, the caller's thread among the workers.
 
     Returns their results in order. If a task raises, or the caller's thread is
@@ -286,14 +273,16 @@ def run(tasks, adaptive=False):
     already running finish, and then the first exception is raised: no task is still
     writing into an output when the caller sees it. Called from a worker of the pool
     itself (a task that splits its own work, as fastmath.foreach's do), the tasks run one
-    after another there. ``adaptive``: the tasks only compute (no waiting on devices or
-    I/O), and the call's wall and CPU time tell ``threads_now`` whether splitting pays.
+    after another there. ``timed``: the :class:`Plan` of a call that only computes (no
+    waiting on devices or I/O), whose tasks' CPU time joins the plan's, for its pace to
+    judge whether the split paid.
     """
     tasks = list(tasks)
     if len(tasks) < 2 or threads() < 2 or getattr(_local, "worker", False):
+        if timed is not None:
+            timed.cpu = None  # in this thread after all: nothing to judge
         return [t() for t in tasks]
-    job = _Job(tasks, timed=adaptive)
-    start = clock()
+    job = _Job(tasks, timed=timed is not None)
     try:
         helpers = min(threads(), len(tasks)) - 1
         jobs = _get_queue(helpers)
@@ -312,8 +301,8 @@ def run(tasks, adaptive=False):
         job.tasks = None  # helpers that take the job late find nothing to do
     if job.error is not None:
         raise job.error
-    if job.cpu is not None:
-        contention.record(clock() - start, job.cpu)
+    if timed is not None and timed.cpu is not None:
+        timed.cpu += job.cpu
     return job.results
 
 

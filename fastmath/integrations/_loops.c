@@ -410,9 +410,14 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
 {
     PyObject *loops_obj, *ins_obj, *outs_obj, *results;
     Py_ssize_t limit, min_parallel, piece;
-    int threads, stop = 0;
-    if (!PyArg_ParseTuple(args, "OOOO!nnni|i", &loops_obj, &ins_obj, &outs_obj, &PyList_Type,
-                          &results, &limit, &min_parallel, &piece, &threads, &stop)) {
+    int threads, pace_id = -1, stop = 0;
+    if (!PyArg_ParseTuple(args, "OOOO!nnni|ii", &loops_obj, &ins_obj, &outs_obj, &PyList_Type,
+                          &results, &limit, &min_parallel, &piece, &threads, &pace_id, &stop)) {
+        return NULL;
+    }
+    fm_pace *pace = pace_id < 0 ? NULL : rt->pace_by_id(pace_id);
+    if (pace_id >= 0 && pace == NULL) {
+        PyErr_SetString(PyExc_ValueError, "pace must come from _runtime.new_pace(), or be -1");
         return NULL;
     }
     if (PyArray_API == NULL && _import_array() < 0) {
@@ -475,12 +480,22 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         job.piece = (most + threads - 1) / threads;
     }
     job.piece = job.piece < 1 ? 1 : job.piece;
-    int pooled = most >= 2 && most_total >= min_parallel
-                 && rt->begin(); /* else busy: this thread does it all */
-    if (pooled && !rt->start(&job, threads)) {
-        rt->end();
-        pooled = 0;
+    /* The runtime's pacing decides, as for every split: on the pool while that finishes
+     * sooner than this thread alone, measured on lists of about this many elements. */
+    int how = FM_NOT_RUN, pooled = 0;
+    if (threads > 1 && most >= 2 && most_total >= min_parallel
+            && rt->begin()) { /* else busy: this thread does it all */
+        int timed = 0;
+        how = pace != NULL ? rt->decide(pace, most_total, &timed) : FM_SPLIT;
+        job.timed = timed;
+        pooled = how == FM_SPLIT && rt->start(&job, threads);
+        if (!pooled) {
+            rt->end();
+            how = how == FM_SPLIT ? FM_NOT_RUN : how;
+        }
     }
+    int timing = pace != NULL && how != FM_NOT_RUN;
+    long long t0 = timing ? rt->wall_ns() : 0;
 
     npy_intp m = 0, total = 0, allocated = 0;
     int bad = 0;
@@ -544,6 +559,15 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     if (!bad && !(pooled && apart)) { /* this thread alone */
         atomic_store_explicit(&run.ready, m | CLOSED, memory_order_relaxed);
         run_items(&first, &all, NULL, &run);
+    }
+    if (timing && !bad && run.ran == m) {
+        long long wall = rt->wall_ns() - t0;
+        if (how != FM_SPLIT) {
+            rt->kept(pace, most_total, wall);
+        }
+        else if (apart) { /* (out= items that overlap ran here alone: nothing to judge) */
+            rt->judge(pace, most_total, wall, job.timed ? rt->alone_ns(&job) : -1, job.woke);
+        }
     }
     Py_END_ALLOW_THREADS
     if (bad) {
@@ -794,7 +818,7 @@ static PyMethodDef methods[] = {
      "about n elements (one_thread: seconds a whole run of n takes lately, or None)"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
     {"foreach", py_foreach, METH_VARARGS,
-     "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads, stop=0)\n"
+     "foreach(loops, ins, outs, results, limit, min_parallel, piece, threads, pace=-1, stop=0)\n"
      "-> (flags, left, bytes allocated, elements): NumPy's loop over each array of ins,\n"
      "into outs (or new arrays) set in results; with outs, stop after an array raising\n"
      "flags & stop"},

@@ -28,7 +28,6 @@ order, as in a loop.
 """
 from __future__ import annotations
 
-import collections
 import itertools
 
 from .._numpy import np
@@ -82,10 +81,10 @@ class Foreach:
                         f"``out=`` (a list, or ``arrays`` itself) it writes there.")
         self._fn = None
         self._native = None  # the compiled path's loops, built on first use
-        # one for new outputs, one for out=: the first take about 1.3 times as long per
-        # element (the allocation, and writing memory not yet in cache), and mixed in one
-        # history they blur the comparison between the pool and one thread
-        self._paces = (_Pace(), _Pace())
+        # the runtime's pacing records of the compiled path's lists: one for new outputs,
+        # one for out= (the first take about 1.3 times as long per element: the
+        # allocation, and writing memory not yet in cache)
+        self._paces = (_parallel.Pace(), _parallel.Pace())
         self._small = 0  # _selection.small_size, looked up once (forgotten on a reload)
         # below this size the numpy backend runs the reference in one piece, as it is
         self._split_size = int(PARALLEL_MIN_BYTES / spec.cost / 16)
@@ -183,7 +182,7 @@ class Foreach:
         while start < len(xs):
             part = [None] * (len(xs) - start)
             flags, left, _, _ = _loops.foreach(loops, xs[start:], outs[start:], part,
-                                               limit, 0, NATIVE_PIECE, 1, acts)
+                                               limit, 0, NATIVE_PIECE, 1, -1, acts)
             done = left[0] if left else len(part)
             results[start:start + done] = part[:done]
             for f in flags or ():
@@ -219,14 +218,10 @@ class Foreach:
         if not loops:
             return range(len(xs)), None
         threads = _parallel.threads()
-        pace = self._paces[outs is not None]
-        pool = threads > 1 and pace.pool()
-        start = _parallel.clock()
-        flags, left, allocated, n = _loops.foreach(loops, xs, outs, results, self._limit(sel),
-                                                   self._split_size, NATIVE_PIECE,
-                                                   threads if pool else 1)
-        if threads > 1 and n >= self._split_size:  # big enough for the pool to be asked
-            pace.took(pool, (_parallel.clock() - start) / n)
+        pace = self._paces[outs is not None].id() if threads > 1 else -1
+        flags, left, allocated, _ = _loops.foreach(loops, xs, outs, results, self._limit(sel),
+                                                   self._split_size, NATIVE_PIECE, threads,
+                                                   pace)
         if allocated >= RECYCLE and _alloc._tuned is None:
             # many small outputs freed together shrink glibc's heap, and the next call's
             # outputs fault every page in again (about 1000 faults, 10 ms, for 1000 x 1000
@@ -321,71 +316,6 @@ class Foreach:
             for x, o in zip(ins[0], outs):
                 _fpe.report(self.__name__, _fpe.derive(ref, (x,), o))
         return 0
-
-
-class _Pace:
-    """Whether the compiled path's calls run on the pool or on the caller's thread alone,
-    from the time per element each way took in recent calls of this function.
-
-    On an idle machine the pool wins; when other processes hold the cores, a call whose
-    threads wait for each other can take several times as long as one thread would.
-    Each call goes the way that has been faster in the last few calls each way (one
-    thread's median against the pool's upper quartile, less a MARGIN: on a busy machine
-    the pool is fast now and then only), and every PROBE-th call the other way, to
-    notice when the machine changes (the pool early on at calls 8 and 16 too). A probe
-    that finds its way faster than the other's recent calls is repeated on the next call,
-    and so on while it does, so that a change shows within a few calls rather than KEEP
-    probes: a process's first calls on the pool are slow (its threads start, and settle
-    on their cores), and a function timed then would otherwise stay on one thread for
-    some 200 calls.
-    """
-
-    PROBE = 32
-    KEEP = 7
-    FIRST = 3  # calls timed each way before either is preferred
-    MARGIN = 0.8  # the pool only where it clearly wins: a wrong pick costs it more
-
-    def __init__(self):
-        self.times = (collections.deque(maxlen=self.KEEP), collections.deque(maxlen=self.KEEP))
-        self.calls = 0
-        self.preferred = None  # the way the recent calls favour; None while timing each way
-        self.again = None  # the way a probe just found faster: the next call goes it too
-
-    def _pool_wins(self, pool_time, alone_time):
-        return pool_time < self.MARGIN * alone_time
-
-    def _stats(self):
-        alone, pool = (sorted(t) for t in self.times)
-        # the pool's slow calls count: on a busy machine it is fast now and then only
-        return alone[len(alone) // 2], pool[3 * len(pool) // 4]
-
-    def pool(self) -> bool:
-        self.calls += 1
-        if min(len(t) for t in self.times) < self.FIRST:
-            self.preferred = None
-            return len(self.times[True]) < len(self.times[False])  # each way in turn
-        alone, pool = self._stats()
-        self.preferred = self._pool_wins(pool, alone)
-        if self.again is not None:
-            way, self.again = self.again, None
-            return way
-        return self.preferred != self._probe(self.calls)
-
-    def _probe(self, call):
-        # the pool early on also at calls 8 and 16: it settles within a few calls, and a
-        # benchmark of some 50 calls would otherwise time its first 32 on one thread
-        early = not self.preferred and call < self.PROBE and call & (call - 1) == 0
-        return early or call % self.PROBE == 0
-
-    def took(self, pool: bool, seconds_per_element: float) -> None:
-        if self.preferred is not None and pool != self.preferred:  # a probe
-            alone_time, pool_time = self._stats()
-            if pool:
-                faster = self._pool_wins(seconds_per_element, alone_time)
-            else:
-                faster = not self._pool_wins(pool_time, seconds_per_element)
-            self.again = pool if faster else None
-        self.times[pool].append(seconds_per_element)
 
 
 def _native_loops(spec):

@@ -130,8 +130,9 @@ def test_chunks_run_on_pool_threads_with_mkl_single_threaded(monkeypatch):
     from fastmath.dispatch import _parallel
     from fastmath.backends import mkl
 
-    # an earlier test's call that lost to a busy machine may have paused splitting
-    monkeypatch.setattr(_parallel, "contention", _parallel._Contention())
+    # a fresh pacing record (an earlier call that lost to a busy machine may have paused
+    # splitting): its first call splits
+    monkeypatch.setattr(mkl, "_POOL_PACE", _parallel.Pace())
 
     lib = mkl.load()
     lib.MKL_Get_Max_Threads.restype = int

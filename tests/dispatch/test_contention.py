@@ -1,6 +1,9 @@
-"""The pool's back-off for compute-only calls: after a split call that took longer than
-the CPU time of its chunks (``_parallel.run(adaptive=True)``), ``threads_now`` keeps the
-next calls in one piece in the caller's thread, and splitting is tried again later."""
+"""The runtime's pacing for the splitters that run their own work: the Python pool
+(``_parallel.plan``/``run``, for calls that run Python per chunk) and a library's own
+threads under ``auto`` (``_parallel.OwnThreads``). A split that loses (slower than the
+calls of its size run whole, or than the CPU time its tasks used) keeps the next calls of
+that kernel and size whole, for a pause that doubles while splits keep losing; the same
+records and rules as the native splitters' (tests/backends/test_numpy_compiled.py)."""
 import threading
 
 import numpy as np
@@ -8,17 +11,20 @@ import pytest
 
 import fastmath
 from fastmath._registry import BY_NAME
-from fastmath.dispatch import _parallel
+from fastmath.dispatch import _parallel, _runtime
 
 from helpers import FakeClock
 
+N = 10**5
+
 
 @pytest.fixture(autouse=True)
-def fresh(monkeypatch):
+def paced():
     if _parallel.threads() < 2:
         pytest.skip("one thread: nothing is ever split")
-    monkeypatch.setattr(_parallel, "contention", _parallel._Contention())
-    monkeypatch.setattr(_parallel, "own_contention", _parallel._OwnContention())
+    before = _runtime.set_pacing(True)
+    yield
+    _runtime.set_pacing(before)
 
 
 def lose(monkeypatch):
@@ -44,82 +50,130 @@ def paired_tasks(n=4):
     return [task] * n
 
 
-def test_a_losing_split_keeps_the_next_calls_in_one_thread(losing):
-    assert _parallel.threads_now() == _parallel.threads()
-    first = _parallel.run(paired_tasks(), adaptive=True)
-    assert set(first) != {threading.current_thread().name}  # split: a helper took part
-    skip = _parallel._Contention.FIRST
-    assert [_parallel.threads_now() for _ in range(skip)] == [1] * skip
-    assert _parallel.threads_now() == _parallel.threads()  # tried again...
-    _parallel.run(paired_tasks(), adaptive=True)  # ...lost again: a longer pause
-    assert [_parallel.threads_now() for _ in range(2 * skip)] == [1] * (2 * skip)
-    assert _parallel.threads_now() == _parallel.threads()
+def call(pace, n=N):
+    """One call through the pool's pacing: split (paired tasks) or whole; its way."""
+    plan = _parallel.plan(pace, n)
+    if plan.parts < 2:
+        plan.done()
+        return "w"
+    names = _parallel.run(paired_tasks(), plan)
+    assert set(names) != {threading.current_thread().name}  # split: a helper took part
+    plan.done()
+    return "s"
 
 
-def test_a_short_call_that_waited_for_a_helper_to_wake_is_not_a_loss():
-    # erf on 10^5 float32: 0.14 ms of CPU; the caller ran most chunks while the helper woke
-    c = _parallel.contention
-    c.record(wall=0.15e-3, cpu=0.14e-3)
-    assert c.left == 0 and _parallel.threads_now() == _parallel.threads()
-    c.record(wall=4e-3, cpu=1e-3)  # a busy core: the helper's chunks waited milliseconds
-    assert c.left == c.FIRST
+def test_a_losing_split_keeps_the_next_calls_whole_for_doubling_pauses(losing):
+    pace = _parallel.Pace()
+    ways = "".join(call(pace) for _ in range(12))
+    # the first split lost; every split after a pause loses again, and the pause doubles
+    assert ways == "swswwswwwwsw", ways
+    other = pace.stats(4 * N)  # another size: a record of its own
+    assert other["left"] == 0 and other["kept"] == 0
+
+
+def test_a_split_slower_than_the_calls_run_whole_lost(monkeypatch):
+    """Where the tasks' CPU time says a split won (2 s of CPU in 1 s), one slower than the
+    recent whole calls of its size (none take time on this clock) lost all the same."""
+    clock = FakeClock()
+    monkeypatch.setattr(_parallel, "clock", clock)
+    monkeypatch.setattr(_parallel, "thread_clock", FakeClock(tick=1.0))
+    pace = _parallel.Pace()
+    plan = _parallel.plan(pace, N)
+    assert plan.parts >= 2
+    clock.advance(1.0)
+    plan.cpu = 2.0
+    plan.done()  # the first split: judged by CPU time alone, a win
+    assert pace.stats(N)["left"] == 0
+    assert call(pace) == "w"  # the second call runs whole, timed: no time at all
+    clock.tick = 1.0  # from now on a split takes a second (plan's reading to done()'s)
+    assert call(pace) == "s"
+    assert pace.stats(N)["left"] == 1
+
+
+def test_winning_splits_shorten_the_pauses_again(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(_parallel, "clock", clock)
+    pace = _parallel.Pace()
+    ident = pace.id()
+    for _ in range(3):
+        _runtime.judge(ident, N, 1.0, 0.1)  # lost: a second of wall, 0.1 s of CPU
+    assert pace.stats(N)["skip"] == 8
+    _runtime.judge(ident, N, 0.6, 1.0)  # two cores at work: wall about half the CPU time
+    assert pace.stats(N)["skip"] == 4
 
 
 def test_calls_that_wait_on_something_else_are_not_judged(losing):
-    _parallel.run(paired_tasks(), adaptive=False)  # e.g. copies to a device
-    assert _parallel.threads_now() == _parallel.threads()
+    pace = _parallel.Pace()
+    plan = _parallel.plan(pace, N)
+    _parallel.run(paired_tasks())  # no plan: e.g. copies to a device
+    assert pace.stats(N)["left"] == 0
+    del plan
 
 
-def test_winning_splits_shorten_the_pauses_again():
-    c = _parallel.contention
-    c.record(wall=1.0, cpu=0.1)
-    c.record(wall=1.0, cpu=0.1)
-    assert c.skip == 4 * c.FIRST
-    c.left = 0
-    c.record(wall=0.6, cpu=1.0)  # two cores at work: wall about half the CPU time
-    assert c.skip == 2 * c.FIRST and _parallel.threads_now() == _parallel.threads()
-    c.record(wall=0.6, cpu=1.0)
-    c.record(wall=0.6, cpu=1.0)
-    assert c.skip == c.FIRST
+def test_without_threads_to_spare_nothing_is_paced(monkeypatch):
+    monkeypatch.setattr(_parallel, "threads", lambda: 1)
+    plan = _parallel.plan(_parallel.Pace(), N)
+    assert plan.parts == 1 and plan.pace is None
 
 
-# (exp's contiguous calls run on the native runtime, paced by its own policy:
-# tests/backends/test_numpy_compiled.py)
 @pytest.mark.parametrize("name", ["softmax", "logsumexp"])
-def test_kernels_in_one_piece_give_the_same_results(name, monkeypatch):
+def test_kernels_whole_and_split_give_the_same_results(name, monkeypatch):
     x = np.linspace(-5, 5, 3 * 10**6)
-    with fastmath.backend("numpy"):
-        split = getattr(fastmath, name)(x)
-        with monkeypatch.context() as m:
-            lose(m)
-            _parallel.run(paired_tasks(), adaptive=True)
-        pause = _parallel.contention.left
-        whole = getattr(fastmath, name)(x)
-    assert _parallel.contention.left == pause - 1  # it asked once, and ran in one piece
+    before = _runtime.set_pacing(False)  # every call splits
+    try:
+        with fastmath.backend("numpy"):
+            split = getattr(fastmath, name)(x)
+            with monkeypatch.context() as m:
+                m.setattr(_parallel, "threads", lambda: 1)
+                whole = getattr(fastmath, name)(x)
+    finally:
+        _runtime.set_pacing(before)
     np.testing.assert_array_equal(whole, split)
+
+
+def test_a_paused_kernel_runs_whole(monkeypatch):
+    """softmax over blocks while its pace says splits lose: the call runs in this thread."""
+    from fastmath.backends import numpy as numpy_backend
+
+    kernel = numpy_backend.NumpyBackend().kernel(BY_NAME["softmax"])
+    x = np.random.default_rng(2).standard_normal((600, 500))
+    out, want = np.empty_like(x), np.empty_like(x)
+    kernel(x, (1,), want)
+    _runtime.judge(kernel.paces[0].id(), x.size, 1.0, 0.0)  # a split that lost
+    left = kernel.paces[0].stats(x.size)["left"]
+    ran = []
+    real = _parallel.run
+    monkeypatch.setattr(_parallel, "run", lambda *a, **k: ran.append(1) or real(*a, **k))
+    kernel(x, (1,), out)
+    assert ran == [] and kernel.paces[0].stats(x.size)["left"] == left - 1
+    np.testing.assert_array_equal(out, want)
 
 
 @pytest.mark.parametrize("axis", [None, -1, 0])
 def test_logsumexp_gives_the_same_bits_on_one_thread_and_on_the_pool(axis, monkeypatch):
-    # the back-off changes the thread count from call to call; the partial results must
+    # the pacing changes the thread count from call to call; the partial results must
     # be merged in one order regardless, or two equal calls would differ in the last bit
     x = np.asfortranarray(np.random.default_rng(1).uniform(0, 5, (500, 600)))[::-1]
     got = {}
-    for threads in (1, 2, 3):
-        monkeypatch.setattr(_parallel, "threads_now", lambda t=threads: t)
-        with fastmath.backend("numpy"):
-            got[threads] = fastmath.logsumexp(x, axis=axis)
+    before = _runtime.set_pacing(False)
+    try:
+        for threads in (1, 2, 3):
+            monkeypatch.setattr(_parallel, "threads", lambda t=threads: t)
+            with fastmath.backend("numpy"):
+                got[threads] = fastmath.logsumexp(x, axis=axis)
+    finally:
+        _runtime.set_pacing(before)
     np.testing.assert_array_equal(got[1], got[2])
     np.testing.assert_array_equal(got[1], got[3])
 
 
 # --- kernels on their library's own threads (torch's OpenMP) under auto -------------------
 
-def _erf_chain(dtype="float64"):
-    """auto's chain for erf at 10^5 elements, if torch-cpu's own threads lead it."""
+def _erf_chain(dtype="float64", n=N):
+    """auto's chain for erf at n elements, if torch-cpu's own threads lead it."""
     from fastmath.dispatch import _selection
 
-    chain = _selection.plan(BY_NAME["erf"], dtype, 10**5)
+    chain = _selection.plan(BY_NAME["erf"], dtype, n)
     if not chain or not isinstance(chain[0][1], _parallel.OwnThreads):
         pytest.skip("auto does not run erf on torch-cpu's own threads first here")
     return chain
@@ -137,26 +191,22 @@ class Counted:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_while_torchs_splits_lose_the_next_kernel_computes_the_same_bits(dtype, monkeypatch):
+def test_while_torchs_splits_lose_the_next_kernel_computes_the_same_bits(dtype):
     (name, guarded), (after, then) = _erf_chain(dtype)[:2]
     assert (name, after) == ("torch-cpu", "mkl")
     own, nxt = Counted(guarded.kernel), Counted(then)
     k = _parallel.OwnThreads(own, guarded.splits, nxt)
-    x = BY_NAME["erf"].sample(10**5, dtype, np.random.default_rng(1))[0]
+    x = BY_NAME["erf"].sample(N, dtype, np.random.default_rng(1))[0]
     outs = [np.empty_like(x) for _ in range(3)]
-    k.alone[x.size.bit_length()] = 1.0  # the next kernel already timed alone (slowly)
-    c = _parallel.own_contention
-    c.left = 1  # as a lost split of torch's leaves it
+    ident = k.pace.id()
+    _runtime.judge(ident, x.size, 1.0, 0.0)  # as a lost split of torch's leaves it
     k(x, outs[0])
-    assert (own.calls, nxt.calls, c.left) == (0, 1, 0)
-    # the pause is over: torch's threads again, the call timed (1 ms: faster than the
-    # next kernel alone, and its CPU time says it won)
-    monkeypatch.setattr(_parallel, "clock", FakeClock(tick=1e-3))
-    monkeypatch.setattr(_parallel, "process_clock", FakeClock(tick=2e-3))
-    k(x, outs[1])
+    assert (own.calls, nxt.calls, k.pace.stats(x.size)["left"]) == (0, 1, 0)
+    k(x, outs[1])  # the pause is over: torch's threads again
     assert (own.calls, nxt.calls) == (1, 1)
-    c.left = 1
-    k(x[::2], outs[2][::2])  # a strided input mkl declines: torch computes it after all
+    half = x[::2]
+    _runtime.judge(ident, half.size, 1.0, 0.0)
+    k(half, outs[2][::2])  # a strided input mkl declines: torch computes it after all
     assert (own.calls, nxt.calls) == (2, 2)
     assert outs[0].tobytes() == outs[1].tobytes()
     assert outs[2][::2].tobytes() == outs[0][::2].tobytes()
@@ -175,44 +225,19 @@ def test_only_a_next_kernel_with_the_same_bits_takes_over():
 
 
 def test_a_losing_torch_call_pauses_torchs_threads():
-    _erf_chain()
-    c = _parallel.own_contention
-    x = np.linspace(-3, 3, 10**5)
+    k = _erf_chain()[0][1]
+    x = np.linspace(-3, 3, N)
     out = np.empty_like(x)
-    c.record(wall=4e-3, cpu=1e-3)  # a busy core held a part for milliseconds
-    assert c.left == c.FIRST
+    _runtime.judge(k.pace.id(), N, 4e-3, 1e-3)  # a busy core held a part for milliseconds
+    left = k.pace.stats(N)["left"]
+    assert left >= 1
     fastmath.erf(x, out=out)
-    assert c.left == c.FIRST - 1 > 0
-
-
-@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
-def test_torch_calls_that_lose_to_a_busy_core_are_judged_lost():
-    # two torch threads on one core: a split that cannot win, as with a busy core. Timed on
-    # the real clocks, and still not the load's to decide: a process held to one core gets
-    # at most as much CPU time as wall time, so each torch call (milliseconds) reads lost
-    # by record's rule, and other processes on that core only lengthen its wall time.
-    import subprocess
-    import sys
-
-    _erf_chain()
-    code = (
-        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-        "import numpy as np, fastmath\n"
-        "from fastmath.dispatch import _parallel\n"
-        "x = np.linspace(-3, 3, 2 * 10**6)\n"
-        "for _ in range(12): fastmath.erf(x)\n"
-        "print(_parallel.own_contention.skip)\n")
-    env = dict(__import__("os").environ, FASTMATH_NUM_THREADS="2")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300, env=env)
-    assert r.returncode == 0, r.stderr
-    assert int(r.stdout.split()[-1]) > _parallel._OwnContention.FIRST
+    assert k.pace.stats(N)["left"] == left - 1
 
 
 def test_a_torch_call_slower_than_the_next_kernel_alone_is_judged_lost(monkeypatch):
     """torch's threads waiting at the barrier for a preempted part spin (CPU time that
-    looks like work): a call slower than the next kernel, timed alone on the first call of
-    each size, lost all the same."""
+    looks like work): a call slower than the next kernel's whole runs lost all the same."""
     ran = []
     clock, cpu = FakeClock(), FakeClock()  # time passes only where a kernel below says so
     monkeypatch.setattr(_parallel, "clock", clock)
@@ -232,11 +257,9 @@ def test_a_torch_call_slower_than_the_next_kernel_alone_is_judged_lost(monkeypat
 
     k = _parallel.OwnThreads(own, lambda n: True, then)
     x, out = np.arange(1000.0), np.empty(1000)
-    c = _parallel.own_contention
-    k(x, out)
-    assert ran == ["then"]  # the first call of this size: the next kernel, timed alone
-    k(x, out)
-    assert ran == ["then", "own"] and c.left == c.FIRST  # 2 ms against microseconds
-    k(x, out)
-    assert ran[-1] == "then" and c.left == c.FIRST - 1
-    np.testing.assert_array_equal(out, x)
+    for _ in range(4):
+        k(x, out)
+    # the first split has nothing to be compared with but its CPU time (a win); the second
+    # call runs the next kernel, timed; the next split is slower than that: lost, paused
+    assert ran == ["own", "then", "own", "then"]
+    assert k.pace.stats(x.size)["skip"] == 2

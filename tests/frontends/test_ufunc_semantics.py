@@ -183,7 +183,7 @@ def test_default_state_warns_once_per_category(backend):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_warning_points_at_the_callers_line(threads, monkeypatch):
     # one thread: a single core, or the pool backing off from a contended one
-    monkeypatch.setattr(_parallel, "threads_now", lambda: threads)
+    monkeypatch.setattr(_parallel, "threads", lambda: threads)
     x = np.zeros(BIG)
     with fastmath.backend("numpy"), pytest.warns(RuntimeWarning) as w:
         fastmath.log(x)

@@ -633,68 +633,6 @@ def test_acting_modes_in_place_act_as_a_loop_would(mode, backend):
         same_bits(y, x)
 
 
-def test_pace_goes_the_way_measured_faster_and_probes_the_other():
-    """The choice between the pool and one thread: each way once, then the one whose
-    recent calls took less per element (the pool by a clear margin), the other way on
-    every PROBE-th call (the pool early on at calls 8 and 16 too), and a change of
-    machine noticed from those probes."""
-    pace = foreach._Pace()
-    first = []
-    for _ in range(2 * pace.FIRST):  # each way in turn, one thread first
-        first.append(pace.pool())
-        pace.took(first[-1], 0.95e-9 if first[-1] else 1e-9)
-    assert first == [False, True] * pace.FIRST
-
-    def probes(way):  # the calls (counted from the first) that went ``way``
-        return [pace.calls for _ in range(2 * pace.PROBE) if pace.pool() == way]
-
-    # the pool not clearly faster: one thread, but for the probes
-    assert probes(True) == [8, 16, 32, 64]
-    for _ in range(pace.KEEP):  # the machine frees up: the probes find the pool faster
-        pace.took(True, 0.5e-9)
-    assert probes(False) == [96, 128]
-    # one thread probed early on no sooner than the 32nd call: its first calls are as
-    # fast as the later ones
-    pace = foreach._Pace()
-    for _ in range(2 * pace.FIRST):
-        way = pace.pool()
-        pace.took(way, 0.5e-9 if way else 1e-9)
-    assert probes(False) == [32, 64]
-
-
-@compiled
-def test_the_compiled_path_goes_the_way_its_clock_says_is_faster(monkeypatch):
-    """The compiled path times each call on the back-off's clock (_parallel.clock) and
-    hands the time per element to its _Pace: with calls on the pool made to look four
-    times as long as those on one thread, the calls after the first few stay on one."""
-    clock = FakeClock()
-    monkeypatch.setattr(fastmath.dispatch._parallel, "clock", clock)
-    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: 2)
-    monkeypatch.setattr(foreach.exp, "_paces", (foreach._Pace(), foreach._Pace()))
-    foreach.exp._loops()  # looked up (a call of their own) before the calls counted here
-    ways = []
-    real = foreach._loops.foreach
-
-    def timed(*args):  # the pool asked for (threads > 1) takes 4 s, one thread 1 s
-        ways.append(args[-1] > 1)
-        clock.advance(4.0 if ways[-1] else 1.0)
-        return real(*args)
-    monkeypatch.setattr(foreach._loops, "foreach", timed)
-    # arrays short of a split each (longer ones are left to fastmath.exp), long in all
-    xs = [np.linspace(0, 1, foreach.exp._split_size // 4) + k for k in range(8)]
-    with fastmath.backend("numpy"):
-        for _ in range(12):
-            for g, x in zip(foreach.exp(xs), xs):
-                same_bits(g, np.exp(x))
-    pace = foreach.exp._paces[False]
-    n = sum(x.size for x in xs)
-    assert list(pace.times[False]) == [pytest.approx(1.0 / n)] * len(pace.times[False])
-    assert list(pace.times[True]) == [pytest.approx(4.0 / n)] * len(pace.times[True])
-    assert ways[:2 * pace.FIRST] == [False, True] * pace.FIRST  # each way in turn, then
-    # one thread, but for the pool's early probe at the 8th call
-    assert ways[2 * pace.FIRST:] == [c == 8 for c in range(2 * pace.FIRST + 1, 13)]
-
-
 def test_a_reloaded_calibration_moves_where_arrays_leave_the_compiled_path(tmp_path, monkeypatch):
     """Under ``auto`` the compiled path takes arrays below the function's smallest
     crossover, looked up once and again after a configuration reload."""
@@ -719,61 +657,73 @@ def test_a_reloaded_calibration_moves_where_arrays_leave_the_compiled_path(tmp_p
         assert foreach.exp._limit("auto") == default
 
 
-def test_pace_repeats_a_probe_that_finds_its_way_faster():
-    """A process's first calls on the pool are slow: once a probe finds it faster, the
-    calls go on to it at once, not after KEEP probes."""
-    pace = foreach._Pace()
-    for _ in range(2 * pace.FIRST):  # the pool's first calls slower than one thread's
-        way = pace.pool()
-        pace.took(way, 1.2e-9 if way else 1e-9)
+@pytest.fixture
+def runtime_clocks():
+    """The runtime's pacing on made-up clocks: each wall-clock reading moves it on by 1 ms,
+    and each reading of the caller's CPU time (which stays at 0) by 1 ms more, so a list
+    run whole takes 1 ms and a split (which reads the CPU time twice) 3 ms."""
+    from fastmath.dispatch import _runtime
 
-    def run(calls, pool_time):
-        picks = {}
-        for _ in range(calls):
-            way = pace.pool()
-            picks[pace.calls] = way
-            pace.took(way, pool_time if way else 1e-9)
-        return picks
+    if fastmath.dispatch._parallel.threads() < 2:
+        pytest.skip("one thread: nothing splits")
+    wall, cpu = FakeClock(tick=1e-3), FakeClock()
 
-    picks = run(3 * pace.PROBE, 0.5e-9)  # the pool has settled: twice as fast
-    first = min(c for c, way in picks.items() if way)
-    assert first == 8  # the first probe, and from it on every call but
-    assert all(way or pace._probe(c) for c, way in picks.items() if c >= first)
-    assert not all(picks.values())  # the probes of one thread
-    start = pace.calls
-    picks = run(3 * pace.PROBE, 3e-9)  # another process takes a core: its slow calls
-    first = min(c for c, way in picks.items() if not way)  # count at once
-    assert first <= start + 3
-    assert all(not way or pace._probe(c) for c, way in picks.items() if c >= first)
-    # a probe that does not find its way faster is not repeated
-    assert sum(run(2 * pace.PROBE, 0.95e-9).values()) == 2
+    def cpu_reading():
+        wall.advance(1e-3)
+        return cpu()
+    _runtime._set_clock(wall, cpu_reading)
+    before = _runtime.set_pacing(True)
+    every = _runtime.set_cpu_every(1)
+    spin = _runtime.set_spin(0.5)  # workers that never park: every split is judged
+    yield
+    _runtime._set_clock(None, None)
+    _runtime.set_pacing(before)
+    _runtime.set_cpu_every(every)
+    _runtime.set_spin(spin)
+
+
+def _ways(each, xs, calls, out=None):
+    """'s' for each call that split, 'w' for each that ran whole (and was timed)."""
+    pace = each._paces[out is not None]
+    n = sum(x.size for x in xs)
+    ways = []
+    for _ in range(calls):
+        before = pace.stats(n)["kept"]
+        for g, x in zip(each(xs, out=out), xs):
+            same_bits(g, np.exp(x))
+        ways.append("w" if pace.stats(n)["kept"] > before else "s")
+    return "".join(ways)
 
 
 @compiled
-def test_new_outputs_and_out_lists_are_paced_apart(monkeypatch):
-    """New outputs take longer per element than out= (allocation, memory not yet in
-    cache): each kind of call is timed against its own kind, each way in turn at first."""
-    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: 2)
+def test_the_compiled_path_is_paced_by_the_runtime(runtime_clocks):
+    """The list runner follows the runtime's pacing, as every splitter: a split slower than
+    the lists of its size run whole lost, and the next calls run whole in this thread for a
+    pause that doubles while splits keep losing."""
     spec = next(s for s in NUMPY_UNARY if s.name == "exp")
     each = foreach.Foreach(spec)
     each._loops()  # (which runs the compiled entry once, to check it)
-    seen = []
-    real = foreach._loops.foreach
-
-    class Spy:
-        @staticmethod
-        def foreach(*args):
-            seen.append(args[7])  # threads
-            return real(*args)
-
-    monkeypatch.setattr(foreach, "_loops", Spy)
     xs = [np.linspace(0, 1, 1000) + k for k in range(100)]  # above the size timed
-    outs = [np.empty(1000) for _ in xs]
     with fastmath.backend("numpy"):
-        for _ in range(3):
-            each(xs)
-        for _ in range(3):
-            each(xs, out=outs)
-    assert seen == [1, 2, 1] * 2
-    for o, x in zip(outs, xs):
-        same_bits(o, np.exp(x))
+        ways = _ways(each, xs, 24)
+    # the first split has no whole run to be compared with (and may have woken the pool's
+    # threads): lost or not, the second call runs whole, timed; then every split loses
+    assert ways[:2] == "sw", ways
+    pauses = [len(p) for p in ways[2:].split("s")[1:-1]]
+    assert len(pauses) >= 3 and all(b == 2 * a for a, b in zip(pauses, pauses[1:])), ways
+
+
+@compiled
+def test_new_outputs_and_out_lists_are_paced_apart(runtime_clocks):
+    """New outputs take longer per element than out= (allocation, memory not yet in
+    cache): each kind of call keeps a record of its own."""
+    spec = next(s for s in NUMPY_UNARY if s.name == "exp")
+    each = foreach.Foreach(spec)
+    each._loops()
+    xs = [np.linspace(0, 1, 1000) + k for k in range(100)]
+    outs = [np.empty(1000) for _ in xs]
+    n = sum(x.size for x in xs)
+    with fastmath.backend("numpy"):
+        assert _ways(each, xs, 3)[:2] == "sw"
+        assert each._paces[1].stats(n)["kept"] == 0  # out= lists: nothing recorded yet
+        assert _ways(each, xs, 2, out=outs) == "sw"  # their own first split and whole run
