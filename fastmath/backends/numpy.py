@@ -127,16 +127,34 @@ class _Unary:
         plan.done()
         return flags
 
+    def _loops(self):
+        native = self._native
+        if native is None:
+            native = self._native = native_loops(self.ufunc)
+            if native:
+                self._pace = _runtime.new_pace()
+        return native
+
+    def runtime_entry(self):
+        """For a front end that runs this kernel's calls itself, without Python in
+        between (the ufuncs' fast path in C, frontends/_hot.c): ``(loops, pace, smallest
+        size in bytes)`` where a contiguous call of one array of a dtype among ``loops``
+        (``_runtime.unary``'s ``loops``) of at least that size runs on the runtime as
+        ``_runtime.unary(loops, x, out, pace, 0, 0, 0)``, and a smaller one as NumPy's own
+        call; None where this kernel has no such path."""
+        if self._native == () or not self._loops():
+            return None
+        return self._native, self._pace, self._min_split
+
     def _compiled(self, xs, out):
         """The call on the native runtime, its FP flags; None where that cannot take it
         (broadcasting, another layout, a dtype NumPy's call would cast, an out= overlapping
         an input other than exactly). ``xs``: the operands, or one array."""
         native = self._native
         if native is None:
-            native = self._native = native_loops(self.ufunc)
+            native = self._loops()
             if not native:
                 return None
-            self._pace = _runtime.new_pace()
         if not isinstance(xs, tuple):
             xs = (xs,)
         if any(x.shape != out.shape for x in xs):

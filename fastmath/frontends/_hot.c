@@ -25,36 +25,129 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/ndarraytypes.h>
 
-enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM, NSTATE };
+enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
+       LEAN, NUMPY, SERIAL, UNARY, NSTATE };
+
+/* LEAN's entries: (dtype, loops, pace, smallest size on the runtime, largest size, the
+ * result's dtype) */
+enum { L_DTYPE, L_LOOPS, L_PACE, L_MIN, L_MAX, L_OUT, L_N };
 
 static PyObject *default_name;  /* "default": the selection state's attribute */
+static PyObject *zero;
 
-static int
-is_auto(PyObject *const *s)
+/* The backend selected now (a new reference), or NULL (no error set). */
+static PyObject *
+selected(PyObject *const *s)
 {
     PyObject *scoped = NULL, *name;
     if (PyContextVar_Get(s[SCOPED], NULL, &scoped) < 0) {
         PyErr_Clear();
-        return 0;
+        return NULL;
     }
     if (scoped != NULL && scoped != Py_None) {
-        name = scoped;
+        return scoped;
     }
-    else {
-        Py_XDECREF(scoped);
-        name = PyObject_GetAttr(s[STATE], default_name);
-        if (name == NULL) {
-            PyErr_Clear();
-            return 0;
+    Py_XDECREF(scoped);
+    name = PyObject_GetAttr(s[STATE], default_name);
+    if (name == NULL) {
+        PyErr_Clear();
+    }
+    return name;
+}
+
+static int
+same_name(PyObject *name, PyObject *want)
+{
+    int r = name != NULL && PyObject_RichCompareBool(name, want, Py_EQ) > 0;
+    PyErr_Clear();
+    return r;
+}
+
+PyObject *fastmath_new_like(PyObject *x, PyObject *descr); /* integrations/_loops.c */
+
+/* Under the numpy backend, one contiguous array in a dtype its loop takes as it is: the
+ * numpy backend's own call, made here. NumPy's call below the size that splits; from it,
+ * the runtime's (_runtime.unary), whose result is returned when its loop raised no FP
+ * flag. NULL with no error set: the Python path takes the call (which also reports what
+ * the flags say, computing the result again). */
+static PyObject *
+lean_numpy(PyObject *const *s, PyObject *x)
+{
+    PyObject *lean = s[LEAN];
+    Py_ssize_t k, n = PyList_GET_SIZE(lean);
+    if (n == 0 || Py_TYPE(x) != (PyTypeObject *)s[NDARRAY]) {
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)x;
+    PyObject *e = NULL;
+    for (k = 0; k < n; k++) {
+        e = PyList_GET_ITEM(lean, k);
+        if (PyTuple_GET_ITEM(e, L_DTYPE) == (PyObject *)PyArray_DESCR(a)) {
+            break;
         }
     }
-    int r = PyObject_RichCompareBool(name, s[AUTO], Py_EQ);
-    Py_DECREF(name);
-    if (r < 0) {
-        PyErr_Clear();
-        return 0;
+    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
+    int needf = NPY_ARRAY_ALIGNED | NPY_ARRAY_F_CONTIGUOUS;
+    if (k == n || PyArray_NDIM(a) == 0 || ((PyArray_FLAGS(a) & need) != need
+                                          && (PyArray_FLAGS(a) & needf) != needf)) {
+        return NULL;
     }
-    return r;
+    npy_intp size = 1;
+    for (int d = 0; d < PyArray_NDIM(a); d++) {
+        size *= PyArray_DIMS(a)[d];
+    }
+    Py_ssize_t lo = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, L_MIN));
+    Py_ssize_t hi = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, L_MAX));
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (size == 0 || size >= hi) {
+        return NULL;
+    }
+    PyObject *name = selected(s);
+    int numpy = same_name(name, s[NUMPY]);
+    Py_XDECREF(name);
+    if (!numpy) {
+        return NULL;
+    }
+    if (size < lo) {
+        return PyObject_CallOneArg(s[REF], x); /* NumPy's call: its own FP reports */
+    }
+    if ((PyArray_FLAGS(a) & need) != need) { /* the runtime's loops run C order only */
+        return NULL;
+    }
+    PyObject *serial = NULL;
+    if (PyContextVar_Get(s[SERIAL], NULL, &serial) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    int alone = serial != NULL && PyObject_IsTrue(serial) == 1;
+    Py_XDECREF(serial);
+    if (alone || s[UNARY] == Py_None) {
+        return NULL;
+    }
+    PyObject *out = fastmath_new_like(x, PyTuple_GET_ITEM(e, L_OUT));
+    if (out == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_INCREF(e); /* its loops are in use while the GIL is released */
+    PyObject *args[7] = {PyTuple_GET_ITEM(e, L_LOOPS), x, out, PyTuple_GET_ITEM(e, L_PACE),
+                         zero, zero, zero};
+    PyObject *flags = PyObject_Vectorcall(s[UNARY], args, 7, NULL);
+    Py_DECREF(e);
+    if (flags == NULL) {
+        Py_DECREF(out);
+        return NULL; /* (with the error set: raised to the caller) */
+    }
+    int clean = PyLong_CheckExact(flags) && PyLong_AsLong(flags) == 0;
+    Py_DECREF(flags);
+    if (!clean) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
 }
 
 static int
@@ -128,15 +221,24 @@ hot_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         PyErr_SetString(PyExc_SystemError, "a fastmath ufunc's state was resized");
         return NULL;
     }
-    if (kwnames == NULL && nargs == PyLong_AsSsize_t(s[NIN]) && ts->c_profilefunc == NULL
-            && ts->c_tracefunc == NULL && PyDict_Check(s[ONES])
-            && small_operands(s, args, nargs) && is_auto(s)) {
+    int plain = kwnames == NULL && nargs == PyLong_AsSsize_t(s[NIN])
+                && ts->c_profilefunc == NULL && ts->c_tracefunc == NULL;
+    PyObject *name = NULL;
+    if (plain && PyDict_Check(s[ONES]) && small_operands(s, args, nargs)
+            && same_name(name = selected(s), s[AUTO])) {
         fn = s[REF];
-        kwnames = NULL;
     }
     else {
+        if (plain && nargs == 1) {
+            PyObject *r = lean_numpy(s, args[0]);
+            if (r != NULL || PyErr_Occurred()) {
+                Py_XDECREF(name);
+                return r;
+            }
+        }
         fn = s[FALLBACK];
     }
+    Py_XDECREF(name);
     /* held for the call: the Python side may replace the list's item meanwhile (the
      * first call of a SciPy ufunc loads it and stores the loaded one) */
     Py_INCREF(fn);
@@ -163,10 +265,14 @@ fastmath_hot(PyObject *module, PyObject *state)
     if (default_name == NULL && (default_name = PyUnicode_InternFromString("default")) == NULL) {
         return NULL;
     }
+    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL) {
+        return NULL;
+    }
     /* the items are read without checks on every call: check their types once here */
     PyObject *const *s = ((PyListObject *)state)->ob_item;
     if (!PyLong_Check(s[SMALL]) || !PyDict_Check(s[ONES]) || !PyLong_Check(s[NIN])
-            || !PyType_Check(s[NDARRAY]) || !PyContextVar_CheckExact(s[SCOPED])) {
+            || !PyType_Check(s[NDARRAY]) || !PyContextVar_CheckExact(s[SCOPED])
+            || !PyList_CheckExact(s[LEAN]) || !PyContextVar_CheckExact(s[SERIAL])) {
         PyErr_SetString(PyExc_TypeError, "hot(state): an item of state has the wrong type");
         return NULL;
     }

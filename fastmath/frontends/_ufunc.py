@@ -12,13 +12,14 @@ import functools
 
 from .._numpy import np
 
-from ..dispatch import _chain, _config, _fpe, _log, _selection
+from ..dispatch import _alloc, _chain, _config, _fpe, _log, _parallel, _selection
 from . import _frames, _pipeline
 
 try:  # the fast path in C (fastmath/frontends/_hot.c), part of the optional extension
     from ..integrations._loops import hot as _native_hot
+    from ..dispatch._runtime import unary as _runtime_unary
 except ImportError:
-    _native_hot = None
+    _native_hot = _runtime_unary = None
 
 _ndarray = np.ndarray
 _current = _selection.current
@@ -26,6 +27,7 @@ _scoped_get = _selection._scoped.get
 _state = _selection.state
 _log_state = _log.state
 _instances: list = []
+_LEAN = 10  # the index of _hot.c's list of the calls it makes itself
 _BIG = 1 << 62
 # types whose value is one element: sized without a call on the fast path
 _ONE = dict.fromkeys((float, int, complex, bool, *{np.dtype(c).type for c in "?bhilqBHILQefdgFDG"}), 1)
@@ -107,9 +109,11 @@ class Ufunc(functools.partial):
         native = None
         if _native_hot is not None and cls._nin:
             # _hot.c's order: reference, small, ones, fallback, operands, ndarray, the
-            # backend context variable, the selection state, "auto", the trimmer
+            # backend context variable, the selection state, "auto", the trimmer, the
+            # numpy backend's calls it makes itself (_remember_lean), "numpy", the
+            # one-thread context variable, the runtime's call
             native = [None, 0, {}, fast, cls._nin, _ndarray, _selection._scoped, _state, "auto",
-                      _frames.trim_all]
+                      _frames.trim_all, [], "numpy", _parallel.serial, _runtime_unary]
             entry = _native_hot(native)
         self.__setstate__((entry, (), {}, None))  # (this empties the instance's __dict__)
         self._cells = dict(zip(fast.__code__.co_freevars, fast.__closure__))
@@ -126,6 +130,7 @@ class Ufunc(functools.partial):
         _instances.append(self)
         self._resolved: dict = {}
         self._lean: dict = {}  # operand dtypes -> their result dtype (see _pipeline.lean)
+        self._lean_seen: set = set()  # dtypes _remember_lean has looked at
         module = spec.ref.partition(":")[0]
         # NumPy is imported already; SciPy is imported on the first call.
         self._ref = spec.reference() if module == "numpy" else self._load
@@ -193,7 +198,7 @@ class Ufunc(functools.partial):
 
     def __getattr__(self, name):
         if name.startswith("__") or name in ("_ref", "_spec", "_small", "_resolved", "_cells",
-                                             "_lean"):
+                                             "_lean", "_lean_seen"):
             raise AttributeError(name)
         return getattr(self.reference, name)
 
@@ -224,16 +229,46 @@ class Ufunc(functools.partial):
         return (_lookup, (self._spec.name,))
 
     def _call(self, xs, args, kwargs):
-        if _current() == "auto":
+        sel = _current()
+        if sel == "auto":
             if not self._small and not _log_state.on:
                 self._small = _selection.small_size(self._spec)
             if not args and not kwargs and _short(xs, self._small):
                 return self._ref(*xs)
+        elif (sel == "numpy" and self._native is not None and len(xs) == 1
+              and type(xs[0]) is _ndarray and xs[0].dtype not in self._lean_seen):
+            self._remember_lean(xs[0].dtype)
         if not args and not kwargs:
             result = _pipeline.lean(self, xs)
             if result is not NotImplemented:
                 return result
         return _pipeline.call(self, xs, args, kwargs)
+
+    def _remember_lean(self, dt):
+        """Let the C fast path (_hot.c) make the numpy backend's call on one contiguous
+        array of dtype ``dt`` itself, where that backend's kernel has a runtime entry for
+        it (see NumpyBackend's ``runtime_entry``): NumPy's own call below the size that
+        splits, the runtime's from it, up to the size from which outputs are allocated
+        otherwise (_alloc.LARGE). Not while debug logging is on (each call is logged)."""
+        if _log_state.on:
+            return
+        self._lean_seen.add(dt)
+        chain = _selection.plan(self._spec, _pipeline.dtype_name(dt), 1)
+        entry = getattr(chain[0][1], "runtime_entry", None) if len(chain) == 1 else None
+        entry = entry() if entry is not None else None
+        if entry is None:
+            return
+        loops, pace, min_bytes = entry
+        for in_dt, out_dt, _ in loops:
+            if in_dt is dt:
+                size = out_dt.itemsize
+                self._native[_LEAN].append((dt, loops, pace, -int(-min_bytes // size),
+                                            _alloc.LARGE // size, out_dt))
+
+    def _forget_lean(self):
+        self._lean_seen = set()
+        if self._native is not None:
+            self._native[_LEAN] = []
 
     def _resolve(self, types, dtype):
         """The loop's dtypes for operands ``types`` (dtypes, or a Python scalar's type)."""
@@ -257,6 +292,9 @@ class Ufunc(functools.partial):
 def _forget_small():
     for u in _instances:
         u._small = 0
+        forget = getattr(u, "_forget_lean", None)  # (the reductions' caches have none)
+        if forget is not None:
+            forget()
 
 
 _config.on_reload(_forget_small)

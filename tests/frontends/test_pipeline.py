@@ -281,6 +281,9 @@ def test_a_failing_kernel_is_followed_by_the_next_with_one_warning(spec, monkeyp
     monkeypatch.setattr(_selection, "plan", lambda *a: (("failing", failing(numpy_kernel)),
                                                          ("numpy", numpy_kernel)))
     monkeypatch.setattr(_selection, "_warned", set())
+    # the calls the fast path in C makes itself were learned from the real plans
+    _ufunc._forget_small()
+    monkeypatch.undo = _then(monkeypatch.undo, _ufunc._forget_small)
     args, kwargs = call_args(spec)
     with warnings.catch_warnings(record=True) as w, fastmath.backend("numpy"):
         warnings.simplefilter("always")
@@ -609,3 +612,144 @@ def test_small_calls_stay_the_references_while_other_threads_change_the_selectio
     """
     r = _python(code)
     assert r.stdout.strip() == "OK", (r.stdout, r.stderr)
+
+
+# --- the numpy backend's calls made by the fast path in C (_hot.c, _remember_lean) -----
+
+lean_native = pytest.mark.skipif(_ufunc._native_hot is None or _ufunc._runtime_unary is None,
+                                 reason="the extensions are not built")
+
+
+class _Counted:
+    """Counts the calls that reach the Python side of a fastmath ufunc (what the fast path
+    in C hands over), passing them on."""
+
+    def __init__(self, f, monkeypatch):
+        self.real, self.calls = f._native[3], 0
+        f._native[3] = self
+        # put back before what was patched earlier is undone (the last patch first)
+        monkeypatch.undo = _then(lambda: f._native.__setitem__(3, self.real), monkeypatch.undo)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.real(*args, **kwargs)
+
+
+def _then(first, after):
+    def both():
+        first()
+        after()
+    return both
+
+
+def _in_c(f, monkeypatch, *calls):
+    """How many of ``calls`` (zero-argument callables) the fast path in C answered alone."""
+    counted = _Counted(f, monkeypatch)
+    answered = 0
+    for call in calls:
+        before = counted.calls
+        call()
+        answered += counted.calls == before
+    return answered
+
+
+@lean_native
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
+@pytest.mark.parametrize("n", [100, 5000, 10**5])
+def test_the_numpy_backends_contiguous_calls_are_made_in_c_bitwise(n, dtype, monkeypatch):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 3).astype(dtype)
+    fx = np.asfortranarray(x.reshape(n // 50, 50) if n % 50 == 0 else x)
+    with fastmath.backend("numpy"):
+        fastmath.exp(x)  # the first call, in Python, looks up what C may do
+        got = []
+        assert _in_c(fastmath.exp, monkeypatch, lambda: got.append(fastmath.exp(x))) == 1
+        # (an F-ordered array in C too, while it is NumPy's call: the runtime's is C order)
+        answered = _in_c(fastmath.exp, monkeypatch, lambda: got.append(fastmath.exp(fx)))
+        assert answered == (fx.flags.c_contiguous or n * x.itemsize < 1 << 15)
+    for g, a in zip(got, (x, fx)):
+        want = np.exp(a)
+        assert g.dtype == want.dtype and g.shape == want.shape
+        assert g.flags.c_contiguous == want.flags.c_contiguous
+        assert g.flags.f_contiguous == want.flags.f_contiguous
+        assert g.tobytes(order="A") == want.tobytes(order="A")
+
+
+@lean_native
+def test_what_c_does_not_make_goes_to_python(monkeypatch):
+    x = np.linspace(-3, 3, 10**5)
+    with fastmath.backend("numpy"):
+        fastmath.exp(x)
+        calls = [lambda: fastmath.exp(x[::2]),  # strided
+                 lambda: fastmath.exp(x, out=np.empty_like(x)),  # out=
+                 lambda: fastmath.exp(x.astype(">f8")),  # not native byte order
+                 lambda: fastmath.exp(np.arange(10**5) % 7),  # a cast (int64 -> float64)
+                 lambda: fastmath.exp(x.view(np.matrix))]  # a subclass
+        assert _in_c(fastmath.exp, monkeypatch, *calls) == 0
+    with fastmath.backend("auto"):
+        fastmath.exp(x)
+        big = np.linspace(-3, 3, 2 * fastmath.exp._small)  # above auto's smallest crossover
+        assert _in_c(fastmath.exp, monkeypatch, lambda: fastmath.exp(big)) == 0
+    with fastmath.backend("numpy"), _serial():  # a block of accelerate(elementwise=True)
+        assert _in_c(fastmath.exp, monkeypatch, lambda: fastmath.exp(x)) == 0
+
+
+def _serial():
+    """The scope of a block of ``accelerate(elementwise=True)``: one thread, no split."""
+    import contextlib
+
+    from fastmath.dispatch import _parallel
+
+    @contextlib.contextmanager
+    def scope():
+        token = _parallel.serial.set(True)
+        try:
+            yield
+        finally:
+            _parallel.serial.reset(token)
+    return scope()
+
+
+@lean_native
+@pytest.mark.parametrize("mode", ["warn", "raise", "ignore"])
+def test_fp_errors_of_calls_made_in_c_are_numpys(mode, monkeypatch):
+    """A call whose loop raised FP flags is made again by the Python side, which reports
+    them as NumPy does (warning at the caller's line, errstate raise)."""
+    x = np.zeros(10**5)
+    x[::3] = -1.0
+    with fastmath.backend("numpy"):
+        fastmath.log(np.ones(10**5))
+        with np.errstate(all=mode), warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            if mode == "raise":
+                with pytest.raises(FloatingPointError, match="divide by zero encountered in log"):
+                    fastmath.log(x)
+            else:
+                got = fastmath.log(x)
+                with np.errstate(all="ignore"):
+                    assert got.tobytes() == np.log(x).tobytes()
+    if mode == "warn":
+        assert sorted(str(m.message) for m in w) == ["divide by zero encountered in log",
+                                                     "invalid value encountered in log"]
+        assert {m.filename for m in w} == {__file__}
+    else:
+        assert not w
+
+
+@lean_native
+def test_debug_logging_sees_every_call(monkeypatch, caplog):
+    import logging
+
+    from fastmath.dispatch import _log
+
+    x = np.linspace(0, 1, 10**5)
+    with fastmath.backend("numpy"):
+        fastmath.exp(x)  # (its calls made in C from now on)
+        caplog.set_level(logging.DEBUG, logger="fastmath")
+        _log.refresh()
+        try:
+            fastmath.exp(x)
+        finally:
+            caplog.set_level(logging.WARNING, logger="fastmath")
+            _log.refresh()
+    assert any("exp(float64[100000]): ran on numpy" in r.getMessage() for r in caplog.records)
