@@ -152,9 +152,9 @@ PACKAGES = {
     "tools": (0.17, 0.66, "tools/\ncli, _args, _bench, _peers,\n_calibrate, _check, _explain,\n"
                           "_info, _table, _docs"),
     "int": (0.5, 0.66, "integrations/\n_patch, _loopmode, _loops.c,\n_accelerate, _blockwise,\n"
-                       "_dask, foreach, _nested"),
+                       "foreach, _nested"),
     "fe": (0.83, 0.66, "frontends/\n_pipeline (one per call kind),\n_ufunc, _binary, _elementwise,"
-                       "\n_reductions, _linalg, _native"),
+                       "\n_reductions, _linalg, _dask, _native"),
     "disp": (0.5, 0.36, "dispatch/\n_selection, _calibration, _chain (one fault policy),\n"
                         "_config, _fpe, _parallel (thread pool), _alloc, _log, _hardware"),
     "be": (0.5, 0.08, "backends/\nnumpy, torch (cpu, cuda), numexpr, mkl:\none module each, "

@@ -15,28 +15,33 @@ and ``importlib.metadata.version("fastmath-shim")``.
 """
 from __future__ import annotations
 
+import sys as _sys
+
 import numpy as _np
 
-from . import _registry
 from .integrations._patch import patch
-from .integrations._accelerate import accelerate
-from .frontends._reductions import log_softmax, logsumexp, softmax
+from .integrations._accelerate import accelerate, stand_ins as _stand_ins
 from .dispatch._selection import (FallbackError, available_backends, backend, get_backend,
                                   set_backend)
-from .frontends._binary import BinaryUfunc
-from .frontends._elementwise import Function
+from .frontends._functions import FUNCTIONS as _FUNCTIONS
 from .frontends._linalg import einsum, vecdot
+from .frontends._reductions import log_softmax, logsumexp, softmax  # (named for the API docs)
 from .frontends._ufunc import Ufunc
 
 # fastmath's own version (fastmath/_version.py); __version__ stays NumPy's
 from ._version import VERSION as fastmath_version  # noqa: E402
 
-_FRONT_ENDS = {"unary": Ufunc, "binary": BinaryUfunc, "elementwise": Function}
-for _spec in _registry.ROWS:
-    if _spec.kind in _FRONT_ENDS:
-        globals()[_spec.name] = _FRONT_ENDS[_spec.kind](_spec)
-        globals().update(dict.fromkeys(_spec.aliases, globals()[_spec.name]))
-del _spec
+globals().update(_FUNCTIONS)  # one name per registry row and alias (frontends/_functions.py)
+
+
+def _special():
+    from . import special
+
+    return special
+
+
+# accelerate swaps numpy and scipy.special in a function's globals for these
+_stand_ins(lambda: _sys.modules[__name__], _special)
 
 # fastmath's own names; everything else resolves to numpy.
 _OWN = ("set_backend", "get_backend", "backend", "available_backends", "info", "explain",

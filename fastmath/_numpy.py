@@ -16,3 +16,16 @@ import numpy as _numpy
 
 np = types.ModuleType(_numpy.__name__, _numpy.__doc__)
 np.__dict__.update(_numpy.__dict__)
+
+# the two dtypes nearly every kernel is written for
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_names: dict = {}
+
+
+def dtype_name(dt) -> str:
+    """``dt.name``, which NumPy computes in Python on every access (several us)."""
+    try:
+        return _names[dt]
+    except KeyError:
+        name = _names[dt] = dt.name
+        return name

@@ -5,14 +5,13 @@ imported when the first such name is looked up, not before.
 """
 from __future__ import annotations
 
-import fastmath as _fm
-
 from . import _registry
+from .frontends._functions import FUNCTIONS as _FUNCTIONS
 
 _ACCELERATED = tuple(n for s in _registry.ROWS if s.ref.startswith("scipy.special:")
                      for n in (s.name,) + s.aliases)
 for _name in _ACCELERATED:
-    globals()[_name] = getattr(_fm, _name)
+    globals()[_name] = _FUNCTIONS[_name]
 del _name
 
 

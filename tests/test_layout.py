@@ -1,5 +1,6 @@
-"""The package layout docs/how-it-works.md describes: every module in its sub-package, no
-import cycle at import time, and no backend importing another."""
+"""The package layout docs/how-it-works.md describes: every module in its sub-package, layers
+whose imports point one way (function-level imports included), no import cycle, and no
+backend importing another."""
 import ast
 from pathlib import Path
 
@@ -63,27 +64,6 @@ def test_every_module_sits_in_its_subpackage():
         assert f"fastmath.{sub}" in MODULES and MODULES[f"fastmath.{sub}"].name == "__init__.py"
 
 
-def test_no_import_cycle_at_import_time():
-    graph = {m: _imports(p, module_level_only=True) for m, p in MODULES.items()}
-    state = {}
-
-    def visit(m, trail):
-        if state.get(m) == "done":
-            return
-        if state.get(m) == "open":
-            cycle = trail[trail.index(m):] + [m]
-            pytest.fail("import cycle: " + " -> ".join(cycle))
-        state[m] = "open"
-        for n in sorted(graph[m]):
-            # a package's __init__ is imported before its modules: that edge is no cycle
-            if not m.startswith(n + "."):
-                visit(n, trail + [m])
-        state[m] = "done"
-
-    for m in sorted(graph):
-        visit(m, [])
-
-
 @pytest.mark.parametrize("backend", sorted(BACKEND_MODULES & set(MODULES)))
 def test_no_backend_imports_another(backend):
     # lazy imports count too: a backend may use only neutral modules
@@ -91,11 +71,93 @@ def test_no_backend_imports_another(backend):
     assert not others, f"{backend} imports {sorted(others)}"
 
 
+# Lowest first. A module may import its own layer and those below, never one above, not even
+# inside a function: a lower layer learns about a higher one through hooks it is handed.
+# The backend list and protocol (``fastmath.backends`` itself) sit with the registry: they
+# import nothing of fastmath, selection reads them, and the backends are loaded by name.
+LAYERS = ("registry", "dispatch", "backends", "frontends", "integrations", "face")
+_BASE = {"fastmath._numpy", "fastmath._version", "fastmath._registry", "fastmath.backends",
+         "fastmath.backends._protocol"}
+
+
+def _layer(module):
+    if module in _BASE:
+        return 0
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in LAYERS[1:-1]:
+        return LAYERS.index(parts[1])
+    return len(LAYERS) - 1  # fastmath itself, special, foreach, _startup, __main__, tools
+
+
+def _all_imports():
+    return {m: _imports(p, module_level_only=False) for m, p in MODULES.items()}
+
+
+def test_imports_point_down():
+    up = sorted(f"{m} ({LAYERS[_layer(m)]}) imports {n} ({LAYERS[_layer(n)]})"
+                for m, found in _all_imports().items() for n in found
+                if _layer(n) > _layer(m))
+    assert not up, "imports that run back up a layer:\n" + "\n".join(up)
+
+
+def test_no_import_cycle_anywhere():
+    # function-level imports too: a cycle hidden in a function still ties the modules together
+    graph = _all_imports()
+    cycles = []
+    state = {}
+
+    def visit(m, trail):
+        if state.get(m) == "done":
+            return
+        if state.get(m) == "open":
+            cycles.append(" -> ".join(trail[trail.index(m):] + [m]))
+            return
+        state[m] = "open"
+        for n in sorted(graph[m]):
+            if not m.startswith(n + "."):  # a package's __init__ runs before its modules
+                visit(n, trail + [m])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        visit(m, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+# shared math in backends/ that holds no backend: logsumexp's (M, m, s) partials, their
+# merge and SciPy's finite-input formula, which backends and front ends both compute with
+NEUTRAL = {"fastmath.backends._lse"}
+
+
+def test_only_the_backend_list_reaches_a_backend():
+    # below the public face, a call reaches a backend through selection and the chain
+    # runner: dispatch, the front ends and the integrations import the backend list and
+    # protocol (fastmath.backends), never a module inside backends/
+    inside = {m for m in MODULES if m.startswith("fastmath.backends.")} - _BASE - NEUTRAL
+    reach = sorted(f"{m} imports {n}" for m, found in _all_imports().items()
+                   if 0 < _layer(m) < len(LAYERS) - 1 and not m.startswith("fastmath.backends")
+                   for n in sorted(found & inside))
+    assert not reach, "past selection, straight to a backend:\n" + "\n".join(reach)
+
+
+@pytest.mark.parametrize("module", sorted(NEUTRAL))
+def test_neutral_math_holds_no_backend(module):
+    assert module in MODULES
+    assert _imports(MODULES[module], module_level_only=False) <= _BASE
+
+
 def test_the_checks_see_imports():
     # the parser must find what is there, or every check above passes vacuously
     torch = _imports(MODULES["fastmath.backends.torch"], module_level_only=False)
     assert "fastmath.dispatch._parallel" in torch and "fastmath._numpy" in torch
     assert "fastmath.frontends._pipeline" in _imports(MODULES["fastmath.frontends._ufunc"], True)
+    # a function-level import, and the layers it joins
+    cli = _imports(MODULES["fastmath.tools.cli"], module_level_only=False)
+    assert "fastmath._startup" in cli and "fastmath._startup" not in _imports(
+        MODULES["fastmath.tools.cli"], True)
+    assert [_layer(m) for m in ("fastmath._registry", "fastmath.dispatch._chain",
+                                "fastmath.backends.numpy", "fastmath.frontends._ufunc",
+                                "fastmath.integrations._patch", "fastmath.special",
+                                "fastmath.tools.cli", "fastmath")] == [0, 1, 2, 3, 4, 5, 5, 5]
 
 
 # the modules that need the numpy module itself: the public namespace copies it, the patch

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import threading
 
-from .._numpy import np
+from .._numpy import FLOATS as _FLOATS, np
 
 from ..dispatch import _config
 from . import UNCHECKED, _load_once
 from ._flags import flags_possible
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ne = None
 
 

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import math
 
-from .._numpy import np
+from .._numpy import FLOATS, np
 
 from ..dispatch import _parallel
+from ..dispatch._npy_loops import PARALLEL_MIN_BYTES, native_loops
 from ..dispatch._fpe import recorded
 from . import HANDLED, UNCHECKED
 from ._lse import block_kernel, lse_block, lse_merge
 
-# A thread handoff costs about 50 us on the reference machine: below about 1 MiB of
-# input to numpy's exp (about 120 us of work) one thread is faster. Costlier functions
-# split sooner (Spec.cost).
-PARALLEL_MIN_BYTES = 1 << 20
 # Reductions work through memory in blocks of about this many elements (1 MiB of
 # float64, the L2 cache of one core), so each block's several passes stay in cache.
 # Measured in CPU time on a 3000x3000 logsumexp: 2**17 did the least work of 2**14..2**18.
@@ -171,45 +168,6 @@ except ImportError:  # built without a C compiler: the Python pool splits
 # split on the native runtime, whose pacing then decides: a split with the pool's
 # threads spinning costs a few microseconds.
 RUNTIME_MIN_BYTES = 1 << 15
-
-# The dtypes whose NumPy loop the native runtime may run (each one the ufunc takes as is).
-_NATIVE_TYPES = "efdgFDG"
-
-
-def native_loops(ufunc):
-    """``(dtype, result dtype, call info)`` for each dtype whose NumPy loop the native
-    runtime (``_runtime.unary``) and, for one-argument ufuncs, fastmath.foreach
-    (``_loops.foreach``) run for ``ufunc``: NumPy's own ufuncs of one or two arguments
-    (both of the dtype), on dtypes the ufunc takes without a cast; () if none, or if the
-    runtime was not built."""
-    if _runtime is None or not isinstance(ufunc, np.ufunc) \
-            or ufunc.nin not in (1, 2) or ufunc.nout != 1:
-        return ()
-    nin = ufunc.nin
-    loops = []
-    for code in _NATIVE_TYPES:
-        dt = np.dtype(code)
-        try:
-            dts, info = ufunc._resolve_dtypes_and_context((dt,) * nin + (None,))
-            if any(d is not dt for d in dts[:nin]) or dts[nin].hasobject:
-                continue
-            ufunc._get_strided_loop(info, fixed_strides=(dt.itemsize,) * nin
-                                    + (dts[nin].itemsize,))
-        except Exception:  # noqa: BLE001 - no loop for this dtype, or another NumPy's API
-            continue
-        loops.append((dts[0], dts[nin], info))
-    loops = tuple(loops)
-    try:  # one element through the compiled path: another NumPy's call info fails here
-        pace = _runtime.new_pace()
-        ok = True
-        with np.errstate(all="ignore"):
-            for dt, res, _ in loops:
-                xs, got = (np.ones(1, dt),) * nin, np.empty(1, res)
-                ok &= (_runtime.unary(loops, xs, got, pace, 0, 0, 1) is not None
-                       and np.array_equal(got, ufunc(*xs), equal_nan=True))
-    except Exception:  # noqa: BLE001 - then the Python path it is
-        ok = False
-    return loops if ok else ()
 
 
 class _Elementwise(_Unary):
@@ -487,7 +445,7 @@ def _lse_groups(a, axes):
     return tuple(x.reshape(out_shape) for x in res)
 
 
-_LSE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_LSE_DTYPES = FLOATS
 
 
 # the paces of the Python blocks (lse_partial) and of the compiled kernel's groups (_run)

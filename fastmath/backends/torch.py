@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from .._numpy import np
+from .._numpy import FLOATS as _FLOATS, np
 
 import warnings
 
@@ -23,7 +23,6 @@ from ..dispatch import _config, _fpe, _log, _parallel
 from . import UNCHECKED, _stream, _load_once
 from ._flags import flags_possible
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _torch = None
 
 
@@ -161,7 +160,12 @@ class TorchBackend:
             return None
         from ._torch_foreach import kernel
 
-        return kernel(self, spec, _torch)
+        return kernel(self, spec, _torch, takes, tensor)
+
+    def native(self, spec, x):
+        """``spec``'s function of ``x``, an array on a device, computed where it lives
+        (the module's :func:`native`), or NotImplemented."""
+        return native(spec, x)
 
     @property
     def own_threads(self):

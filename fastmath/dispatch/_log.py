@@ -54,13 +54,22 @@ def refresh() -> bool:
     return on
 
 
+_route_hooks: list = []
+
+
+def on_route(hook) -> None:
+    """Register a callable run when debug logging is switched on or off: a front end whose
+    fast path skips the logged path forgets what lets it skip (this layer is below the
+    front ends, so they hand it the hook)."""
+    _route_hooks.append(hook)
+
+
 def _route_ufuncs(on: bool) -> None:
     # A ufunc's fast path is taken below its ``_small`` size; zero sends every call
     # through the logged path. Ufuncs refill it from the cost table at their next call
     # under ``auto`` once logging is off again.
-    from ..frontends._ufunc import _forget_small
-
-    _forget_small()
+    for hook in _route_hooks:
+        hook()
 
 
 def chain_names(chain) -> str:

@@ -11,9 +11,8 @@ within the row's ULP bound; a kernel that disagrees is never used on this machin
 """
 from __future__ import annotations
 
-from .._numpy import np
+from .._numpy import FLOATS as _FLOATS, np
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # A long layout: past the widest SIMD main loop and its unrolling, so the vector path runs
 # as well as the scalar tail (the short layout).
 LONG = 1031

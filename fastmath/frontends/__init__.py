@@ -3,6 +3,9 @@
 ``_pipeline`` parses arguments, classifies operands, resolves dtypes with the reference,
 allocates outputs, applies ``where=`` and unwraps; ``_ufunc``, ``_binary`` and
 ``_elementwise`` are the callable objects built on it, ``_reductions`` holds logsumexp,
-softmax and log_softmax, ``_linalg`` vecdot and einsum, ``_native`` the device-array route,
-``_frames`` takes fastmath's frames out of the tracebacks of NumPy's errors.
+softmax and log_softmax (with ``_lse_steps``, the logsumexp steps they share with the Dask
+route), ``_linalg`` vecdot and einsum. ``_dask`` (Dask arrays) and ``_native`` (arrays on a
+device) are the operand routes beside the pipeline's. ``_functions`` is the function table:
+fastmath's callable for every registry row, which the public namespace and the integrations
+read. ``_frames`` takes fastmath's frames out of the tracebacks of NumPy's errors.
 """

@@ -11,17 +11,16 @@ own messages.
 """
 from __future__ import annotations
 
-from .._numpy import np
+from .._numpy import FLOATS as _FLOATS, dtype_name, np
 
 from ..dispatch import _chain, _fpe, _selection
 from . import _frames, _pipeline
-from ..integrations import _dask
+from . import _dask
 from ._ufunc import _ONE, Ufunc
 
 _ndarray = np.ndarray
 _scoped_get = _selection._scoped.get
 _state = _selection.state
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class Function(Ufunc):
@@ -53,7 +52,7 @@ class Function(Ufunc):
             return self._ref(x)
         if not self._small and _selection.current() == "auto" and not _chain._log_state.on:
             self._small = _selection.small_size(self._spec)
-        chain = _selection.plan(self._spec, _pipeline.dtype_name(x.dtype), x.size)
+        chain = _selection.plan(self._spec, dtype_name(x.dtype), x.size)
         if not chain or x.size == 0:
             return self._ref(x)
         res = _pipeline.allocate([x], x.shape, x.dtype, "K")

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import math
 
-from .._numpy import np
+from .._numpy import FLOATS, np
 
 from ..dispatch import _parallel
 from . import _frames
 
 _ndarray = np.ndarray
-_REAL = (np.dtype(np.float32), np.dtype(np.float64))
+_REAL = FLOATS
 _FLOATS = _REAL + (np.dtype(np.complex64), np.dtype(np.complex128))
 
 # The shape rule (see the module docstring): matmul over row chunks for at least this many

@@ -2,12 +2,15 @@
 
 A torch tensor is recognised only if torch is already imported (whoever made the tensor
 imported it); any other array counts only if it says, through DLPack, that it lives on a
-GPU. Such arrays are computed where they are (``backends.torch.native``): copying them to
-the host for NumPy would cost more than the whole computation.
+GPU. Such arrays are computed where they are, by the first backend whose ``native`` member
+takes them (the backend protocol, backends/_protocol.py): copying them to the host for
+NumPy would cost more than the whole computation.
 """
 from __future__ import annotations
 
 import sys
+
+from .. import backends
 
 _HOST_DEVICES = (1, 3)  # DLPack's kDLCPU and kDLCUDAHost: memory NumPy can read
 
@@ -30,9 +33,11 @@ def call(spec, xs):
     """``spec``'s function of device-resident operands ``xs``, or NotImplemented."""
     if len(xs) != 1 or not resident(xs[0]):  # one operand only, for now
         return NotImplemented
-    x = xs[0]
-    from ..backends import torch as backend
-
-    if backend.TorchBackend("cpu").why_unavailable() is not None:
-        return NotImplemented
-    return backend.native(spec, x)
+    for name in backends.NAMES:
+        b = backends.get(name)
+        native = getattr(b, "native", None)
+        if native is not None and b.why_unavailable() is None:
+            r = native(spec, xs[0])
+            if r is not NotImplemented:
+                return r
+    return NotImplemented

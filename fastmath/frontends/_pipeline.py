@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 import warnings
 
-from .._numpy import np
+from .._numpy import dtype_name, np
 
 from ..dispatch import _alloc, _chain, _fpe, _log, _parallel, _selection
 from . import _native
-from ..integrations import _dask
+from . import _dask
 
 _ndarray = np.ndarray
 _KEYWORDS = frozenset(("out", "where", "casting", "order", "dtype", "subok", "signature"))
@@ -151,18 +151,6 @@ def _lean_entry(f, xs):
             a != b or a.kind not in _NUMERIC for a, b in zip(dts, in_dts)):
         return None
     return out_dt, dtype_name(in_dts[0])
-
-
-_names: dict = {}
-
-
-def dtype_name(dt) -> str:
-    """``dt.name``, which NumPy computes in Python on every access (several us)."""
-    try:
-        return _names[dt]
-    except KeyError:
-        name = _names[dt] = dt.name
-        return name
 
 
 def call_reference(f, xs, args, kwargs):

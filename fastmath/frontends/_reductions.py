@@ -9,19 +9,17 @@ arguments) is SciPy's to answer.
 """
 from __future__ import annotations
 
-from .._numpy import np
+from .._numpy import FLOATS as _FLOATS, dtype_name, np
 
 import operator
 
 from ..dispatch import _chain, _fpe, _selection
-from . import _frames, _pipeline, _ufunc
-from ..integrations import _dask
+from . import _dask, _frames, _lse_steps, _pipeline, _ufunc
 from .._registry import BY_NAME
 from ..backends import UNCHECKED
 from ..backends._lse import lse_finite, small_kernel
 
-_SPEC = BY_NAME["logsumexp"]
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_SPEC = _lse_steps.SPEC
 _ARRAYS = (np.ndarray, list, tuple, float, int)
 _ref = None
 
@@ -47,58 +45,16 @@ def _reference():
     return _ref
 
 
-try:
-    from numpy.lib.array_utils import normalize_axis_tuple
-except ImportError:  # numpy < 2
-    from numpy.core.numeric import normalize_axis_tuple
-
-
-def _normalize_axes(axis, ndim):
-    """Sorted, non-negative axes; NumPy's AxisError, or ValueError for a repeated axis."""
-    if axis is None:
-        return tuple(range(ndim))
-    return tuple(sorted(normalize_axis_tuple(axis, ndim)))
-
-
 def _valid_axes(axis, ndim):
-    """``_normalize_axes``, or None where SciPy's own error should answer the call."""
+    """``_lse_steps.normalize_axes``, or None where SciPy's own error should answer the call."""
     try:
         if axis is not None and type(axis) is not tuple:
             if isinstance(axis, (bool, np.bool_)):
                 return None  # SciPy: "an integer is required"
             axis = operator.index(axis)  # a list is SciPy's TypeError, not a tuple
-        return _normalize_axes(axis, ndim)
+        return _lse_steps.normalize_axes(axis, ndim)
     except (TypeError, ValueError, np.exceptions.AxisError):
         return None
-
-
-def _finish(part, a, b, axes, return_sign, total=None):
-    M, m, s = part
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s = np.where(s == 0, s, s / m)
-        sgn = np.sign(s + 1) * np.sign(m)
-        s = np.where(s < -1, -s - 2, s)
-        out = np.log1p(s) + np.log(np.abs(m)) + M
-        if not return_sign:
-            out[sgn < 0] = np.nan
-        bad = ~np.isfinite(out)
-        if bad.any():
-            # SciPy's rule: where the result is not finite, log(sum(b * exp(a))) decides.
-            if total is None:
-                total = np.sum(np.exp(a) if b is None else b * np.exp(a), axis=axes,
-                               keepdims=True)
-            if return_sign:
-                sgn = np.where(bad, np.sign(total), sgn)
-                total = np.abs(total)
-            out = np.where(bad, np.log(total), out)
-    return out, sgn
-
-
-def _partial(xa, axes, xb, dtype, chain=None):
-    """(M, m, s) of ``xa`` over ``axes`` from the first backend in line that takes it."""
-    if chain is None:
-        chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
-    return _chain.first(chain, (xa, axes, xb), "logsumexp")
 
 
 def _allocatable(xa) -> None:
@@ -163,7 +119,7 @@ def _lse_operands(a, b, keepdims):
             or np.geterr()["under"] != "ignore"  # SciPy does not silence underflow
             or (xb is not None and xb.dtype.kind not in "biuf")):
         return None
-    chain = _selection.plan(_SPEC, _pipeline.dtype_name(dtype), xa.size)
+    chain = _selection.plan(_SPEC, dtype_name(dtype), xa.size)
     if not chain:
         return None
     xa = np.atleast_1d(xa).astype(dtype, copy=False)
@@ -259,12 +215,12 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         if axes is None:
             return reference()
         _allocatable(xa)
-        part = _partial(xa, axes, xb, dtype, chain)
+        part = _lse_steps.partial(xa, axes, xb, dtype, chain)
         if _subtract_overflows(xa, part[0]) or (
                 xb is not None
                 and _weights_overflow(wb, part, xa.size // max(part[0].size, 1))):
             return reference()
-        out, sgn = _finish(part, xa, xb, axes, return_sign)
+        out, sgn = _lse_steps.finish(part, xa, xb, axes, return_sign)
         if not keepdims:
             out = np.squeeze(out, axis=axes)
             sgn = np.squeeze(sgn, axis=axes)
@@ -368,7 +324,7 @@ def _softmax_front(name):
                 cache._small = _selection.small_size(spec)
             if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
                 return ref(x, axis)
-            chain = _selection.plan(spec, _pipeline.dtype_name(xa.dtype), xa.size)
+            chain = _selection.plan(spec, dtype_name(xa.dtype), xa.size)
             axes = _valid_axes(axis, xa.ndim)
             if axes is None:
                 return ref(x, axis)
@@ -396,3 +352,8 @@ def _softmax_front(name):
 
 softmax = _softmax_front("softmax")
 log_softmax = _softmax_front("log_softmax")
+
+
+def front_end(spec):
+    """fastmath's function for a reduction row of the registry (made above, at import)."""
+    return globals()[spec.name]

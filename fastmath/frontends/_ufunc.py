@@ -28,6 +28,7 @@ _state = _selection.state
 _log_state = _log.state
 _instances: list = []
 _LEAN = 10  # the index of _hot.c's list of the calls it makes itself
+_by_name: dict = {}  # registry name -> its instance: what a pickled one is found by
 _BIG = 1 << 62
 # types whose value is one element: sized without a call on the fast path
 _ONE = dict.fromkeys((float, int, complex, bool, *{np.dtype(c).type for c in "?bhilqBHILQefdgFDG"}), 1)
@@ -128,6 +129,7 @@ class Ufunc(functools.partial):
         # while debug logging is on, so that every call takes the logged path.
         self._small = 0
         _instances.append(self)
+        _by_name[spec.name] = self
         self._resolved: dict = {}
         self._lean: dict = {}  # operand dtypes -> their result dtype (see _pipeline.lean)
         self._lean_seen: set = set()  # dtypes _remember_lean has looked at
@@ -298,12 +300,12 @@ def _forget_small():
 
 
 _config.on_reload(_forget_small)
+_log.on_route(_forget_small)
 
 
 Ufunc.__doc__ = _Doc(Ufunc.__doc__)
 
 
 def _lookup(name):
-    import fastmath
-
-    return getattr(fastmath, name)
+    # unpickling imports fastmath first, which makes every instance
+    return _by_name[name]

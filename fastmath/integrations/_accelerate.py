@@ -30,9 +30,23 @@ import sys
 import types
 
 from .. import _registry
+from ..frontends._functions import FUNCTIONS
 
 _substitutes: dict = {}  # id(object) -> (object, fastmath's counterpart)
 _has_scipy = False
+# "numpy", "scipy.special" -> a callable giving the public module that stands in for it:
+# handed down by the public face (see stand_ins), which this layer does not import
+_namespaces: dict = {}
+
+
+def stand_ins(numpy, special) -> None:
+    """Name the modules that stand in for ``numpy`` and ``scipy.special`` (callables that
+    return them: ``fastmath`` and ``fastmath.special``, the latter imported on demand)."""
+    _namespaces.update({"numpy": numpy, "scipy.special": special})
+
+
+def _face(name):
+    return _namespaces[name]()
 
 
 def _table() -> dict:
@@ -42,23 +56,20 @@ def _table() -> dict:
         return _substitutes
     import numpy
 
-    import fastmath
-
-    table = {id(numpy): (numpy, fastmath)}
+    table = {id(numpy): (numpy, _face("numpy"))}
     _has_scipy = "scipy.special" in sys.modules
     for spec in _registry.ROWS:
         if spec.ref.startswith("numpy:") or _has_scipy:
-            original, ours = spec.reference(), getattr(fastmath, spec.name)
+            original, ours = spec.reference(), FUNCTIONS[spec.name]
             table[id(original)] = (original, ours)
             table[id(ours)] = (ours, ours)
     if _has_scipy:
         import scipy
         import scipy.special
 
-        import fastmath.special
-
-        table[id(scipy.special)] = (scipy.special, fastmath.special)
-        table[id(scipy)] = (scipy, _scipy_view(scipy, fastmath.special))
+        special = _face("scipy.special")
+        table[id(scipy.special)] = (scipy.special, special)
+        table[id(scipy)] = (scipy, _scipy_view(scipy, special))
     _substitutes.clear()
     _substitutes.update(table)
     return _substitutes
@@ -219,5 +230,5 @@ def accelerate(fn=None, *, backend=None, elementwise=False, rows=False, verify=N
         from . import _blockwise
 
         raw = fn if getattr(new, "__wrapped__", None) is fn else None  # rerouted from fn
-        new = _blockwise.wrap(new, "rows" if rows else "elementwise", verify, raw)
+        new = _blockwise.wrap(new, "rows" if rows else "elementwise", verify, raw, accelerate)
     return new if backend is None else _scoped(new, backend)

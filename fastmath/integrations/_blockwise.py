@@ -88,12 +88,13 @@ def _refuse_generators(fn):
                     "function, whose result is not an array. Use plain @fastmath.accelerate")
 
 
-def wrap(fn, mode, verify, raw=None):
+def wrap(fn, mode, verify, raw=None, reroute=None):
     """``fn`` (already rerouted through fastmath) run block by block in ``mode``.
 
     ``raw`` is the function as written, if ``fn`` was rerouted from it: blocks on the
     numpy backend call it, since inside a block fastmath would run NumPy's very loops on
-    one thread there, and its front end would be overhead only.
+    one thread there, and its front end would be overhead only. ``reroute`` (accelerate
+    itself, handed down) reroutes a function again where a Dask task lands.
     """
     if mode not in MODES:
         raise ValueError(f"unknown blockwise mode {mode!r}; valid choices: {', '.join(MODES)}")
@@ -107,7 +108,7 @@ def wrap(fn, mode, verify, raw=None):
         if "dask.array" in sys.modules and _has_dask(args, kwargs):
             from . import _blockwise_dask
             return _blockwise_dask.map_blocks(fn, mode, args, kwargs,
-                                              lambda a, k: blocked(*a, **k))
+                                              lambda a, k: blocked(*a, **k), _Plan, reroute)
         plan = _Plan.make(mode, args, kwargs)
         if plan is None:
             return fn(*args, **kwargs)

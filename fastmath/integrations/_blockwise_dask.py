@@ -22,9 +22,11 @@ from ..dispatch import _parallel
 class _Chunk:
     """The task run on each chunk: picklable, so it reaches distributed workers."""
 
-    def __init__(self, fn, mode, scope, args, kwargs, keys):
+    def __init__(self, fn, mode, scope, args, kwargs, keys, plan, reroute):
         self.fn, self.mode, self.scope = fn, mode, scope
         self.args, self.kwargs, self.keys = args, kwargs, keys
+        # _blockwise's block plan and accelerate, handed down (both pickle by name)
+        self.plan, self.reroute = plan, reroute
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -34,13 +36,11 @@ class _Chunk:
         return state
 
     def __setstate__(self, state):
-        from ._accelerate import accelerate
-
         self.__dict__.update(state)
-        self.fn = accelerate(self.fn)
+        if self.reroute is not None:
+            self.fn = self.reroute(self.fn)
 
     def __call__(self, *blocks):
-        from ._blockwise import _Plan
         from ..dispatch._selection import backend
 
         args, kwargs = list(self.args), dict(self.kwargs)
@@ -53,7 +53,7 @@ class _Chunk:
 
         def run():
             with backend(self.scope):
-                plan = _Plan.make(self.mode, args, kwargs)
+                plan = self.plan.make(self.mode, args, kwargs)
                 if plan is None:
                     return self.fn(*args, **kwargs)
                 _parallel.serial.set(True)  # this context only: the blocks, one thread
@@ -67,9 +67,11 @@ def _sample(x, mode):
     return np.ones(shape, dtype=x.dtype)
 
 
-def map_blocks(fn, mode, args, kwargs, local):
+def map_blocks(fn, mode, args, kwargs, local, plan, reroute):
     """The Dask array(s) ``fn(*args, **kwargs)`` gives; ``local(args, kwargs)`` where the
-    rows are all NumPy's (only a parameter was a Dask array: it is computed)."""
+    rows are all NumPy's (only a parameter was a Dask array: it is computed). ``plan``
+    cuts a chunk into blocks (_blockwise._Plan); ``reroute`` reroutes ``fn`` again on a
+    worker (accelerate; None: ``fn`` is sent as it is)."""
     import dask.array as da
 
     from ..dispatch._selection import current
@@ -83,7 +85,7 @@ def map_blocks(fn, mode, args, kwargs, local):
             return local(template_args, template_kwargs)
     arrays = _dask_arrays([v for _, v in operands], mode)
     keys = [k for k, _ in operands]
-    task = _Chunk(fn, mode, current(), template_args, template_kwargs, keys)
+    task = _Chunk(fn, mode, current(), template_args, template_kwargs, keys, plan, reroute)
     sample_args, sample_kwargs = list(template_args), dict(template_kwargs)
     for k, v in zip(keys, arrays):
         _put(sample_args, sample_kwargs, k, _sample(v, mode))

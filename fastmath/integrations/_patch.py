@@ -34,6 +34,7 @@ import threading
 
 from . import _loopmode
 from .. import _registry
+from ..frontends._functions import FUNCTIONS
 from ._nested import Nested
 
 MODES = ("functions", "loops", "both")
@@ -79,15 +80,13 @@ def _reduce_ufunc(func):
 
 
 def _swap_in() -> None:
-    import fastmath
-
     targets = []
     for spec in _registry.ROWS:
         original = spec.reference()
         module_name, _, attr = spec.ref.partition(":")
         module = importlib.import_module(module_name)
         targets.append((module, attr, original, attr in vars(module),
-                        getattr(fastmath, spec.name)))
+                        FUNCTIONS[spec.name]))
     global _numpy_reduce
     import numpy
 

@@ -34,9 +34,10 @@ from .._numpy import np
 
 from .. import _registry, backends
 from ..dispatch import _alloc, _chain, _config, _fpe, _parallel, _selection
+from ..dispatch._npy_loops import PARALLEL_MIN_BYTES, native_loops
+from ..frontends._functions import FUNCTIONS
 from ._blockwise import _Log, replay as _replay
 from ..backends import HANDLED
-from ..backends.numpy import PARALLEL_MIN_BYTES, native_loops
 
 try:
     from . import _loops
@@ -79,7 +80,7 @@ class Foreach:
         self.__doc__ = (f"``fastmath.{spec.name}`` of each array in a list.\n\n"
                         f"``foreach.{spec.name}(arrays, out=None)`` returns a list; with "
                         f"``out=`` (a list, or ``arrays`` itself) it writes there.")
-        self._fn = None
+        self._fn = FUNCTIONS[spec.name]
         self._native = None  # the compiled path's loops, built on first use
         # the runtime's pacing records of the compiled path's lists: one for new outputs,
         # one for out= (the first take about 1.3 times as long per element: the
@@ -101,10 +102,6 @@ class Foreach:
         return self._fn(x, out=o)
 
     def __call__(self, arrays, out=None):
-        if self._fn is None:
-            import fastmath
-
-            self._fn = getattr(fastmath, self._spec.name)
         xs = list(arrays)
         if out is None:
             outs = [None] * len(xs)

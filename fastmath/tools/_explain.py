@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .._numpy import np
+from .._numpy import FLOATS as _FLOATS, np
 
 from ..dispatch import _calibration, _selection
 from .. import _registry
 from .._registry import BY_NAME
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def big_size(spec, dtype):
     """Elements past the numpy backend's threading threshold and every auto row, rounded
     up to whole rows of 1000 (the costlier the function, the fewer it takes)."""
     from fastmath.dispatch._calibration import rows
-    from fastmath.backends.numpy import PARALLEL_MIN_BYTES
+    from fastmath.dispatch._npy_loops import PARALLEL_MIN_BYTES
 
     n = PARALLEL_MIN_BYTES / spec.cost / np.dtype(dtype).itemsize
     n = max([n] + [min_size for min_size, _ in rows(spec.name, dtype)])

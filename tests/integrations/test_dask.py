@@ -17,7 +17,7 @@ da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 
 import fastmath  # noqa: E402
-import fastmath.integrations._dask  # noqa: E402
+import fastmath.frontends._dask  # noqa: E402
 from fastmath._registry import ROWS  # noqa: E402
 
 from helpers import assert_same  # noqa: E402
@@ -188,7 +188,7 @@ def test_unavailable_backend_on_a_worker_falls_back_and_logs_once(client):
 
     client.run(listen, workers=[worker])
     x = np.linspace(-2, 2, 1001)
-    futures = [client.submit(fastmath.integrations._dask._ufunc_chunk, x, "exp", "torch-cuda", {},
+    futures = [client.submit(fastmath.frontends._dask._ufunc_chunk, x, fastmath.exp, "torch-cuda", {},
                              workers=[worker], pure=False) for _ in range(3)]
     for got in client.gather(futures):
         assert_same(got, np.exp(x))

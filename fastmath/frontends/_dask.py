@@ -26,13 +26,14 @@ import logging
 import sys
 import threading
 
-from .._numpy import np
+from .._numpy import FLOATS as _FLOATS, np
 
 from ..dispatch import _selection
 from .. import backends
+from ..backends._lse import lse_merge
+from . import _lse_steps
 
 log = logging.getLogger("fastmath")
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _FIELDS = ("M", "m", "s", "t")
 _logged: set = set()
 _log_lock = threading.Lock()
@@ -66,27 +67,24 @@ def _scope(name: str):
     return _selection.backend(name)
 
 
-def _ufunc_chunk(block, name, backend, kwargs, *more):
-    import fastmath
-
+def _ufunc_chunk(block, f, backend, kwargs, *more):
+    # ``f`` is fastmath's function itself: it pickles by name, for distributed workers
     with _scope(backend):
-        return getattr(fastmath, name)(block, *more, **kwargs)
+        return f(block, *more, **kwargs)
 
 
-def _blocks_chunk(name, backend, kwargs, *blocks):
-    return _ufunc_chunk(blocks[0], name, backend, kwargs, *blocks[1:])
+def _blocks_chunk(f, backend, kwargs, *blocks):
+    return _ufunc_chunk(blocks[0], f, backend, kwargs, *blocks[1:])
 
 
 def _lse_chunk(a, weights_chunk=None, axis=None, keepdims=True, backend="auto"):
-    from ..frontends._reductions import _partial
-
     b = weights_chunk
     if a.size == 0:  # an empty chunk (uneven chunking can make one): the merge's identity
         shape = tuple(1 if i in axis else n for i, n in enumerate(a.shape))
         zero = np.zeros(shape, a.dtype)
         return np.full(shape, -np.inf, a.dtype), zero, zero, zero
     with _scope(backend):
-        M, m, s = _partial(a, axis, b, a.dtype)
+        M, m, s = _lse_steps.partial(a, axis, b, a.dtype)
     # SciPy finishes rows whose result is not finite from log(sum(b * exp(a))) itself.
     # Where M is finite that sum is (m + s) * exp(M); it is summed directly only for
     # blocks that hold what the decomposition cannot carry: an infinite or NaN maximum,
@@ -110,8 +108,6 @@ def _flatten(parts):
 
 
 def _lse_merge(parts):
-    from ..backends._lse import lse_merge
-
     parts = list(_flatten(parts))
     M, m, s = functools.reduce(lse_merge, (p[:3] for p in parts))
     with np.errstate(all="ignore"):
@@ -131,10 +127,8 @@ def _lse_aggregate(parts, axis=None, keepdims=True):
 
 
 def _lse_finish(block, return_sign, which):
-    from ..frontends._reductions import _finish
-
     M, m, s, t = (np.atleast_1d(block[f]) for f in _FIELDS)
-    res = _finish((M, m, s), None, None, None, return_sign, total=t)[which]
+    res = _lse_steps.finish((M, m, s), None, None, None, return_sign, total=t)[which]
     res = res.reshape(block.shape)
     return res[()] if res.ndim == 0 else res
 
@@ -165,18 +159,20 @@ def ufunc(f, xs, args, kwargs):
             return reference()  # NumPy's own casting error
     except Exception:
         return reference()
-    chunk = functools.partial(_blocks_chunk, f._spec.name, _selection.current(), dict(kwargs))
-    name = f"fastmath-{f._spec.name}-{tokenize(chunk, out_dt, *xs)}"
+    backend = _selection.current()
+    chunk = functools.partial(_blocks_chunk, f, backend, dict(kwargs))
+    # the function by its name: a front end tokenizes as a partial of its closure,
+    # which Dask cannot hash deterministically
+    token = tokenize(f._spec.name, backend, kwargs, out_dt, *xs)
+    name = f"fastmath-{f._spec.name}-{token}"
     return elemwise(chunk, *xs, dtype=out_dt, name=name)
 
 
 def softmax(f, x, axis):
     """``f(x, axis)`` (softmax, log_softmax) of Dask array ``x``: a block holds whole rows."""
-    from ..frontends._reductions import _normalize_axes
-
-    axes = _normalize_axes(axis, x.ndim)  # NumPy's AxisError, or "repeated axis"
+    axes = _lse_steps.normalize_axes(axis, x.ndim)  # NumPy's AxisError, or "repeated axis"
     whole = x.rechunk({a: -1 for a in axes})
-    chunk = functools.partial(_blocks_chunk, f.__name__, _selection.current(), {"axis": axis})
+    chunk = functools.partial(_blocks_chunk, f, _selection.current(), {"axis": axis})
     dtype = f(np.zeros((1,) * max(x.ndim, 1), x.dtype)).dtype
     return whole.map_blocks(chunk, dtype=dtype, token=f"fastmath-{f.__name__}")
 
@@ -188,8 +184,6 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """
     import dask.array as da
     from dask.array.utils import meta_from_array
-
-    from ..frontends._reductions import _normalize_axes
 
     a = da.asarray(a)
     if b is not None:
@@ -205,7 +199,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         b = da.atleast_1d(b).astype(dtype)
         shape = np.broadcast_shapes(a.shape, b.shape)
         a = da.broadcast_to(a, shape)  # the reduction broadcasts b to a's chunks
-    axes = _normalize_axes(axis, a.ndim)  # NumPy's AxisError, or "repeated axis"
+    axes = _lse_steps.normalize_axes(axis, a.ndim)  # NumPy's AxisError, or "repeated axis"
     chunk = functools.partial(_lse_chunk, backend=_selection.current())
     record = _record(dtype)
     ndim = a.ndim if keepdims else a.ndim - len(axes)
