@@ -1,42 +1,26 @@
 """Backends: where a kernel runs.
 
-Rules every backend keeps:
+The protocol a backend keeps is written once, in ``_protocol.py``: its required and
+optional members, the kernel signature of each kind, and what a kernel returns. The rules
+around it:
 
 1. Importing this package imports no numerical library beyond NumPy. A backend imports
    its library the first time it is asked whether it is available, never before.
-2. A backend may be unavailable. ``why_unavailable()`` returns None when it can run, or a
-   sentence saying why not and how to fix it.
-3. ``kernel(spec)`` returns a callable for a registry row, or None if this backend has no
-   kernel for it. A kernel gets a well-formed array (the front end has done NumPy's
-   argument handling and type resolution) and writes only into the output it is given:
-   never into its input, which it may share memory with.
-4. A kernel may decline a particular call (a dtype or layout it cannot take) by returning
-   ``NotImplemented`` before writing anything; the next backend in line then takes it.
-5. A unary kernel ``k(x, out)`` returns what the front end must do about floating-point
-   errors: ``HANDLED`` (NumPy already acted on them in this thread, or there can be none),
-   an int of flags to report, or ``UNCHECKED`` (the backend cannot see FPU flags, so the
-   front end derives them, from the input: for an in-place call with another backend
-   behind this one, the front end keeps a copy of the input).
-6. A kernel that raises part-way may have written some of its output; the front end then
-   runs the next backend in line over the whole output, so a result or ``out=`` is never
-   left half written. The numpy backend, last in every chain, runs NumPy's own loops:
-   their failures are NumPy's, raised as NumPy raises them.
-7. A kernel that runs the reference's own loop may say so: ``any_strides`` (it takes
-   negative strides as they are) and ``masked(mask)`` (a kernel for the elements a
-   ``where=`` mask selects, or None). NumPy picks its loop by layout, so the front end
-   then hands the arrays over untouched instead of flipping them or gathering the
-   selected elements, and the result is the reference's bit for bit.
-8. A backend whose ``why_unavailable()`` must import its library may also have
-   ``why_missing()``: the part of the answer that costs no import (is the package there
-   at all?), which ``import fastmath`` uses to check FASTMATH_BACKEND.
+2. A backend may be unavailable: ``why_unavailable()`` says why not and how to fix it.
+3. A kernel gets a well-formed array and writes only into the output it is given, never
+   into its input, which it may share memory with; it may decline a call before writing
+   anything, and the next backend in line takes it (numpy ends every line).
+4. No backend imports another; shared math (logsumexp's partials) lives in ``_lse.py``.
+5. Adding a backend is one module that implements the protocol and one entry in the
+   backend list below (or, from outside fastmath, :func:`register`); every other list of
+   backend names derives from it.
 """
 from __future__ import annotations
 
 import importlib
 import threading
 
-HANDLED = None
-UNCHECKED = -1
+from ._protocol import HANDLED, UNCHECKED, missing
 
 # The one list of backends, in the order they are shown; every other list of backend names
 # (FASTMATH_BACKEND's choices, set_backend, the docs, info) derives from it.
@@ -50,6 +34,30 @@ _FACTORIES = {
 NAMES = tuple(_FACTORIES)
 _instances: dict = {}
 _lock = threading.RLock()
+_on_register: list = []  # hooks of the layers above that keep a list of names
+
+
+def on_register(hook) -> None:
+    """Register a callable run after :func:`register` adds a backend."""
+    _on_register.append(hook)
+
+
+def register(name: str, module: str, cls: str, **kwargs) -> None:
+    """Add backend ``name``: ``module.cls(**kwargs)``, made on first use, which keeps the
+    protocol (``_protocol.Backend``). The name is then valid wherever a backend name is
+    (``fastmath.set_backend``, ``fastmath.backend``, ``available_backends``, ``info``);
+    ``auto`` does not choose it unless a calibration table names it.
+
+    Raises ValueError for a name already taken.
+    """
+    global NAMES
+    with _lock:
+        if name == "auto" or name in _FACTORIES:
+            raise ValueError(f"backend {name!r} exists already")
+        _FACTORIES[name] = (module, cls, dict(kwargs))
+        NAMES = tuple(_FACTORIES)
+    for hook in _on_register:
+        hook()
 
 
 class Unavailable:
@@ -80,6 +88,10 @@ def get(name: str):
         else:
             module, cls, kwargs = _FACTORIES[name]
             backend = getattr(importlib.import_module(module), cls)(**kwargs)
+            lacks = missing(backend)
+            if lacks:
+                raise TypeError(f"backend {name!r} ({module}.{cls}) lacks {', '.join(lacks)}: "
+                                "see fastmath/backends/_protocol.py")
         _instances[name] = backend
     return backend
 
@@ -104,7 +116,7 @@ def why_unavailable(name: str):
 
 def why_missing(name: str):
     """What :func:`why_unavailable` can tell without importing the backend's library
-    (rule 8): None if it may run here."""
+    (the optional ``why_missing``): None if it may run here."""
     b = get(name)
     cheap = getattr(b, "why_missing", None)
     return b.why_unavailable() if cheap is None else cheap()

@@ -182,8 +182,8 @@ class MklBackend:
     name = "mkl"
 
     def why_missing(self):
-        """Without loading MKL: None if its library is installed (backends/__init__.py,
-        rule 8)."""
+        """Without loading MKL: None if its library is installed (the optional
+        ``why_missing`` of backends/_protocol.py)."""
         if _why is not None or library_path() is not None:
             return _why
         return _MISSING
@@ -205,7 +205,7 @@ class _Kernel:
     __slots__ = ("fns", "fpe", "scalar", "min_bytes", "addresses", "pace", "min_split")
 
     def done(self, out):
-        """What the front end must do about NumPy's FP errors (see backends/__init__.py)."""
+        """What the front end must do about NumPy's FP errors (see backends/_protocol.py)."""
         return UNCHECKED if self.fpe and flags_possible(out) else 0
 
     def _on_runtime(self, fns, cost):

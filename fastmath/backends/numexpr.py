@@ -58,7 +58,8 @@ class NumexprBackend:
     name = "numexpr"
 
     def why_missing(self):
-        """Without importing numexpr: None if it is installed (backends/__init__.py, rule 8)."""
+        """Without importing numexpr: None if it is installed (the optional
+        ``why_missing`` of backends/_protocol.py)."""
         import importlib.util
 
         return None if importlib.util.find_spec("numexpr") is not None else _MISSING

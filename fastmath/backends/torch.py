@@ -120,7 +120,8 @@ class TorchBackend:
         self.streamed = device != "cpu" if streamed is None else streamed
 
     def why_missing(self):
-        """Without importing torch: None if it is installed (backends/__init__.py, rule 8)."""
+        """Without importing torch: None if it is installed (the optional
+        ``why_missing`` of backends/_protocol.py)."""
         import importlib.util
 
         return None if importlib.util.find_spec("torch") is not None else _MISSING

@@ -13,14 +13,22 @@ import os
 import warnings
 from dataclasses import dataclass, field, replace
 
-from ..backends import NAMES as _BACKENDS
+from .. import backends as _backends
 from . import _fpe
 
 # every variable read() reads (the docs test holds the pages to this list)
 # (and FASTMATH_PATCH, which the start-up hook reads before fastmath is imported: _startup)
 VARIABLES = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_VERIFY",
              "FASTMATH_CALIBRATION", "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY", "FASTMATH_PATCH")
-BACKEND_NAMES = ("auto",) + _BACKENDS
+BACKEND_NAMES = ("auto",) + _backends.NAMES
+
+
+def _names_changed():
+    global BACKEND_NAMES
+    BACKEND_NAMES = ("auto",) + _backends.NAMES
+
+
+_backends.on_register(_names_changed)
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")

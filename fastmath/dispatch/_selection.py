@@ -16,7 +16,7 @@ import warnings
 from .._numpy import np
 from . import _calibration, _config, _fpe, _log, _parallel, _verify
 from .. import backends
-from ._config import BACKEND_NAMES, canonical
+from ._config import canonical
 
 _scoped: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend", default=None)
 # (token, rest): the tokens of this context's open ``with backend()`` blocks, innermost first
@@ -55,8 +55,9 @@ def current() -> str:
 
 def _check(name) -> str:
     name = canonical(name)  # one rule for case, as FASTMATH_BACKEND reads it
-    if not isinstance(name, str) or name not in BACKEND_NAMES:
-        raise ValueError(f"unknown backend {name!r}; valid choices: {', '.join(BACKEND_NAMES)}")
+    names = _config.BACKEND_NAMES  # (a backend registered later is among them)
+    if not isinstance(name, str) or name not in names:
+        raise ValueError(f"unknown backend {name!r}; valid choices: {', '.join(names)}")
     if name != "auto":
         why = backends.why_unavailable(name)
         if why is not None:
