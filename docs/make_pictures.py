@@ -8,7 +8,8 @@ and its load in the title, the table (the Benchmarks page) from the same file, s
 cannot disagree. docs/img/ways-table.md: ``bench/ways.py`` (the ways of using fastmath on
 examples/probit.py), kept in docs/img/ways.json. Take them on a quiet machine: the page
 shows the load average each was taken at. docs/img/architecture.png: how a call flows
-through fastmath. Needs matplotlib (the ``bench`` extra).
+through fastmath, and docs/img/layout.png: its layers (``--diagrams`` draws these two only).
+Needs matplotlib (the ``bench`` extra).
 """
 import argparse
 import json
@@ -89,7 +90,7 @@ def ways(json_path):
 # (x, y, text) of each box; arrows between them below
 BOXES = {
     "user": (0.08, 0.5, "your code\nnp.exp(x)"),
-    "fe": (0.33, 0.5, "frontends/: _ufunc, _binary,\n_reductions -> _pipeline\n"
+    "fe": (0.33, 0.5, "frontends/: _ufunc, _binary -> _pipeline;\n_elementwise, _reductions, _linalg\n"
                       "NumPy semantics: dtypes, out=, where=,\nscalars, errstate; "
                       "dispatch/_chain runs it"),
     "sel": (0.33, 0.14, "dispatch/_selection\nscope, default, FASTMATH_BACKEND,\n"
@@ -145,23 +146,25 @@ def architecture():
     plt.close(fig)
 
 
-# the sub-packages, top to bottom in the order they build on each other
+# the layers, top to bottom: each imports only those below it (tests/test_layout.py)
 PACKAGES = {
-    "top": (0.5, 0.92, "fastmath/  the namespace: __init__ (NumPy's names + fastmath's), special, foreach;\n"
-                       "_registry (one row per function), _numpy, _startup (FASTMATH_PATCH hook)"),
-    "tools": (0.17, 0.66, "tools/\ncli, _args, _bench, _peers,\n_calibrate, _check, _explain,\n"
-                          "_info, _table, _docs"),
-    "int": (0.5, 0.66, "integrations/\n_patch, _loopmode, _loops.c,\n_accelerate, _blockwise,\n"
-                       "foreach, _nested"),
-    "fe": (0.83, 0.66, "frontends/\n_pipeline (one per call kind),\n_ufunc, _binary, _elementwise,"
-                       "\n_reductions, _linalg, _dask, _native"),
-    "disp": (0.5, 0.36, "dispatch/\n_selection, _calibration, _chain (one fault policy),\n"
-                        "_config, _fpe, _parallel (thread pool), _alloc, _log, _hardware"),
-    "be": (0.5, 0.08, "backends/\nnumpy, torch (cpu, cuda), numexpr, mkl:\none module each, "
-                      "none imports another"),
+    "top": (0.5, 0.93, "the public face: fastmath/__init__ (NumPy's names + the function table), "
+                       "special, foreach, _startup;\ntools/ (the fastmath command): cli, _bench, "
+                       "_peers, _calibrate, _check, _explain, _info, ..."),
+    "int": (0.5, 0.75, "integrations/: _patch, _loopmode, _loops.c, _accelerate, _blockwise, "
+                       "_blockwise_dask, foreach, _nested"),
+    "fe": (0.5, 0.57, "frontends/: _functions (the function table), _pipeline, _ufunc, _binary, "
+                      "_elementwise,\n_reductions, _lse_steps, _linalg; the operand routes "
+                      "_dask and _native"),
+    "be": (0.5, 0.39, "backends/: numpy, torch (cpu, cuda), numexpr, mkl: one module each, "
+                      "none imports another;\n_lse (logsumexp's shared math)"),
+    "disp": (0.5, 0.21, "dispatch/: _selection, _calibration, _chain (one fault policy), _config, "
+                        "_fpe,\n_runtime.c (the native pool), _npy_loops, _parallel, _threads, "
+                        "_alloc, _log, _hardware"),
+    "reg": (0.5, 0.04, "_registry (one row per function), backends/__init__ and _protocol "
+                       "(the backend list and protocol), _numpy"),
 }
-USES = [("tools", "disp"), ("int", "disp"), ("fe", "disp"), ("disp", "be"),
-        ("int", "fe"), ("tools", "int")]
+USES = [("top", "int"), ("int", "fe"), ("fe", "be"), ("be", "disp"), ("disp", "reg")]
 
 
 def layout():
@@ -169,10 +172,9 @@ def layout():
     ax.set_axis_off()
     boxes = _boxes(ax, PACKAGES, shaded=[k for k in PACKAGES if k != "top"])
     for a, b in USES:
-        down = PACKAGES[a][1] > PACKAGES[b][1]
-        _arrow(ax, boxes[a], boxes[b], (.5, 0) if down else (1, .5), (.5, 1) if down else (0, .5))
-    ax.set_title("Where the code lives: each arrow reads \"imports\"; the namespace builds on all",
-                 fontsize=10)
+        _arrow(ax, boxes[a], boxes[b], (.5, 0), (.5, 1))
+    ax.set_title("Where the code lives: a layer imports only those below it (the arrows); "
+                 "a lower one is handed hooks", fontsize=10)
     fig.tight_layout()
     fig.savefig(IMG / "layout.png", dpi=110)
     plt.close(fig)
@@ -182,9 +184,13 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--bench-json", help="draw from this `fastmath bench --json` file")
     p.add_argument("--ways-json", help="tabulate this `bench/ways.py --json` file")
+    p.add_argument("--diagrams", action="store_true",
+                   help="draw the two diagrams only (how a call flows, where the code lives); "
+                   "measure nothing")
     args = p.parse_args()
     IMG.mkdir(exist_ok=True)
     architecture()
     layout()
-    bench(args.bench_json)
-    ways(args.ways_json)
+    if not args.diagrams:
+        bench(args.bench_json)
+        ways(args.ways_json)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-from .._numpy import FLOATS as _FLOATS, np
+from .._numpy import FLOATS as _FLOATS
 
 from ..dispatch import _config
 from . import UNCHECKED, _load_once

@@ -15,7 +15,7 @@ import warnings
 from .._numpy import np
 
 DIVIDE, OVER, UNDER, INVALID = 1, 2, 4, 8
-_CATEGORIES = (
+CATEGORIES = (
     ("divide", DIVIDE, "divide by zero"),
     ("over", OVER, "overflow"),
     ("under", UNDER, "underflow"),
@@ -88,7 +88,7 @@ def report(name: str, flags: int) -> None:
     if not flags:
         return
     modes = error_modes()
-    for key, bit, text in _CATEGORIES:
+    for key, bit, text in CATEGORIES:
         if not flags & bit:
             continue
         mode = modes[key]
@@ -153,3 +153,35 @@ def suspects(ins, out):
                 ax = np.abs(x)
                 suspect |= (ax < np.sqrt(np.finfo(x.dtype).tiny)) & (ax != 0)
     return suspect if suspect.any() else None
+
+
+# --- NumPy's messages recorded, to act on later --------------------------------------------
+# Work split over threads runs under ``np.errstate(all="log", call=Log())``: each thread's
+# messages are recorded in order, and the caller acts on them once the work is done, under
+# its own error state, as NumPy would have (blockwise, foreach).
+
+_CATEGORY = {text: bit for _, bit, text in CATEGORIES}
+
+
+class Log:
+    """An ``np.errstate(all="log")`` sink: NumPy's messages, in order, with the ufunc named."""
+
+    __slots__ = ("lines",)
+
+    def __init__(self):
+        self.lines = []
+
+    def write(self, line):
+        self.lines.append(line)
+
+
+def parse(line):
+    """(ufunc name, flag bit) of a recorded ``Warning: <text> encountered in <name>`` line."""
+    text, _, name = line.strip().partition("Warning: ")[2].partition(" encountered in ")
+    return name, _CATEGORY.get(text, 0)
+
+
+def replay(lines):
+    """Act on recorded lines as NumPy would have, in order."""
+    for line in lines:
+        report(*parse(line))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .._numpy import FLOATS as _FLOATS, dtype_name, np
 
-from ..dispatch import _chain, _fpe, _selection
+from ..dispatch import _fpe, _selection
 from . import _frames, _pipeline
 from . import _dask
 from ._ufunc import _ONE, Ufunc
@@ -50,8 +50,8 @@ class Function(Ufunc):
     def _call1(self, x):
         if x.ndim == 0 or x.dtype not in _FLOATS:
             return self._ref(x)
-        if not self._small and _selection.current() == "auto" and not _chain._log_state.on:
-            self._small = _selection.small_size(self._spec)
+        if not self._small and _selection.current() == "auto":
+            _pipeline.fill_small(self, self._spec)
         chain = _selection.plan(self._spec, dtype_name(x.dtype), x.size)
         if not chain or x.size == 0:
             return self._ref(x)

@@ -213,6 +213,16 @@ def _operand(x, weak):
     return BAD  # subclasses, __array_ufunc__ overrides, array-likes: NumPy dispatches
 
 
+def fill_small(f, spec) -> None:
+    """``f._small``: ``auto``'s smallest accelerated size for ``spec``, below which a front end
+    calls the reference at once. Looked up at the first call under ``auto`` (the cost table
+    is read then, not at import) and left at 0 while debug logging is on, so that every
+    call takes the logged path; the front ends forget it on a reload (_config.on_reload)
+    and when logging is switched on or off (_log.on_route)."""
+    if not _log.state.on:
+        f._small = _selection.small_size(spec)
+
+
 def _route(f, xs, args, kwargs, reference):
     """Dask arrays become lazy results; arrays on a device are computed there."""
     if any(_dask.is_dask_array(x) for x in xs):

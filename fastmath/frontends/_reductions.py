@@ -320,8 +320,8 @@ def _softmax_front(name):
                 xa = np.asarray(x)
             except Exception:
                 return ref(x, axis)
-            if not cache._small and _selection.current() == "auto" and not _chain._log_state.on:
-                cache._small = _selection.small_size(spec)
+            if not cache._small and _selection.current() == "auto":
+                _pipeline.fill_small(cache, spec)
             if xa.dtype not in _FLOATS or xa.size == 0 or xa.ndim == 0:
                 return ref(x, axis)
             chain = _selection.plan(spec, dtype_name(xa.dtype), xa.size)

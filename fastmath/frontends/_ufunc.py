@@ -233,8 +233,8 @@ class Ufunc(functools.partial):
     def _call(self, xs, args, kwargs):
         sel = _current()
         if sel == "auto":
-            if not self._small and not _log_state.on:
-                self._small = _selection.small_size(self._spec)
+            if not self._small:
+                _pipeline.fill_small(self, self._spec)
             if not args and not kwargs and _short(xs, self._small):
                 return self._ref(*xs)
         elif (sel == "numpy" and self._native is not None and len(xs) == 1

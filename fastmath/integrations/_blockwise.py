@@ -46,30 +46,6 @@ MIN_SIZE = 1 << 17
 # (its result sizes the outputs), so 2 blocks would run one after the other.
 SMALLEST = 1 << 13
 MODES = ("elementwise", "rows")
-_CATEGORY = {text: bit for _, bit, text in _fpe._CATEGORIES}
-
-
-class _Log:
-    """An ``np.errstate(all="log")`` sink: NumPy's messages, in order, with the ufunc named."""
-
-    __slots__ = ("lines",)
-
-    def __init__(self):
-        self.lines = []
-
-    def write(self, line):
-        self.lines.append(line)
-
-
-def _parse(line):
-    text, _, name = line.strip().partition("Warning: ")[2].partition(" encountered in ")
-    return name, _CATEGORY.get(text, 0)
-
-
-def replay(lines):
-    """Act on recorded ``Warning: <text> encountered in <name>`` lines as NumPy would."""
-    for line in lines:
-        _fpe.report(*_parse(line))
 
 
 class _NotBlockable(Exception):
@@ -188,7 +164,7 @@ class _Plan:
         # what the caller ignores stays ignored in the blocks (no checks for nothing);
         # the rest is written to a log, to be acted on once the blocks are done
         self.modes = {k: "ignore" if v == "ignore" else "log" for k, v in np.geterr().items()}
-        head = _Log()
+        head = _fpe.Log()
         first = _Context().run(self._one, fn, self.blocks[0], head)
         outs, single = self._allocate(first, self.blocks[0])
         self._store(outs, first, self.blocks[0])
@@ -213,17 +189,17 @@ class _Plan:
                         raise
 
         workers = max(1, min(threads, n - 1))
-        logs = [_Log() for _ in range(workers)]
+        logs = [_fpe.Log() for _ in range(workers)]
         contexts = [_Context() for _ in range(workers)]
         if n > 1:
             _parallel.run([lambda c=c, g=g: c.run(loop, g) for c, g in zip(contexts, logs)])
         lines = list(dict.fromkeys(head.lines + [x for g in logs for x in g.lines]))
         if lines:
             modes = np.geterr()
-            if any(modes[key] == "raise" for key, bit, _ in _fpe._CATEGORIES
-                   for line in lines if _parse(line)[1] & bit):
+            if any(modes[key] == "raise" for key, bit, _ in _fpe.CATEGORIES
+                   for line in lines if _fpe.parse(line)[1] & bit):
                 raise _NotBlockable  # the unblocked call raises where NumPy would
-            replay(lines)
+            _fpe.replay(lines)
         return outs[0] if single else tuple(outs)
 
     def _one(self, fn, index, log):

@@ -36,7 +36,6 @@ from .. import _registry, backends
 from ..dispatch import _alloc, _chain, _config, _fpe, _parallel, _selection
 from ..dispatch._npy_loops import PARALLEL_MIN_BYTES, native_loops
 from ..frontends._functions import FUNCTIONS
-from ._blockwise import _Log, replay as _replay
 from ..backends import HANDLED
 
 try:
@@ -172,7 +171,7 @@ class Foreach:
         """out= under errstate raise/call: the compiled path in this thread, stopping after
         each array whose flags act, which are acted on before the next array is written."""
         modes = np.geterr()
-        acts = sum(bit for key, bit, _ in _fpe._CATEGORIES if modes[key] in ("raise", "call"))
+        acts = sum(bit for key, bit, _ in _fpe.CATEGORIES if modes[key] in ("raise", "call"))
         loops, limit, name = self._loops(), self._limit(sel), self.__name__
         results = [None] * len(xs)
         start = 0
@@ -240,7 +239,7 @@ class Foreach:
         if run:
             runs.append(run)
         scope = _selection._scoped.get()
-        logs = [_Log() for _ in runs]
+        logs = [_fpe.Log() for _ in runs]
         counter = itertools.count()
 
         def task():
@@ -256,7 +255,7 @@ class Foreach:
             _parallel.run([task] * min(threads, len(runs)))
         finally:
             for log in logs:  # runs are in list order, and so is each log
-                _replay(log.lines)
+                _fpe.replay(log.lines)
 
     def _some(self, index, xs, outs, results):
         """``results[i]`` for each ``i`` of ``index``. Where fastmath.<name> would call the
