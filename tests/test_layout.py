@@ -2,6 +2,7 @@
 whose imports point one way (function-level imports included), no import cycle, and no
 backend importing another."""
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,9 @@ def _module(path):
 
 
 MODULES = {_module(p): p for p in PACKAGE.rglob("*.py")}
+# the C extensions (setup.py): imported like modules, so they sit in layers too
+EXTENSIONS = set(re.findall(r'Extension\("(fastmath\.[\w.]+)"',
+                            (PACKAGE.parent / "setup.py").read_text()))
 
 
 def _imports(path, module_level_only):
@@ -43,8 +47,8 @@ def _imports(path, module_level_only):
                 base = ".".join(parts + ([node.module] if node.module else []))
             for a in node.names:
                 full = f"{base}.{a.name}"
-                found.add(full if full in MODULES else base)
-    return {m for m in found if m in MODULES and m != name}
+                found.add(full if full in MODULES or full in EXTENSIONS else base)
+    return {m for m in found if (m in MODULES or m in EXTENSIONS) and m != name}
 
 
 def _module_level(body):
@@ -90,14 +94,22 @@ def _layer(module):
 
 
 def _all_imports():
-    return {m: _imports(p, module_level_only=False) for m, p in MODULES.items()}
+    found = {m: _imports(p, module_level_only=False) for m, p in MODULES.items()}
+    return {**found, **{e: set() for e in EXTENSIONS}}  # (what C code imports is not read)
+
+
+# Known, and left to the runtime's rework of the C code (which moves it): the ufuncs' fast
+# path in C (frontends/_hot.c) is built into the loop mode's extension.
+PENDING = {("fastmath.frontends._ufunc", "fastmath.integrations._loops")}
 
 
 def test_imports_point_down():
-    up = sorted(f"{m} ({LAYERS[_layer(m)]}) imports {n} ({LAYERS[_layer(n)]})"
-                for m, found in _all_imports().items() for n in found
-                if _layer(n) > _layer(m))
-    assert not up, "imports that run back up a layer:\n" + "\n".join(up)
+    up = {(m, n) for m, found in _all_imports().items() for n in found
+          if _layer(n) > _layer(m)}
+    assert PENDING <= up, f"no longer there: take {sorted(PENDING - up)} out of PENDING"
+    assert up <= PENDING, "imports that run back up a layer:\n" + "\n".join(
+        f"{m} ({LAYERS[_layer(m)]}) imports {n} ({LAYERS[_layer(n)]})"
+        for m, n in sorted(up - PENDING))
 
 
 def test_no_import_cycle_anywhere():
@@ -125,24 +137,25 @@ def test_no_import_cycle_anywhere():
 
 # shared math in backends/ that holds no backend: logsumexp's (M, m, s) partials, their
 # merge and SciPy's finite-input formula, which backends and front ends both compute with
-NEUTRAL = {"fastmath.backends._lse"}
+# (and its compiled kernel)
+NEUTRAL = {"fastmath.backends._lse", "fastmath.backends._lse_kernel"}
 
 
 def test_only_the_backend_list_reaches_a_backend():
     # below the public face, a call reaches a backend through selection and the chain
     # runner: dispatch, the front ends and the integrations import the backend list and
     # protocol (fastmath.backends), never a module inside backends/
-    inside = {m for m in MODULES if m.startswith("fastmath.backends.")} - _BASE - NEUTRAL
+    inside = {m for m in set(MODULES) | EXTENSIONS
+              if m.startswith("fastmath.backends.")} - _BASE - NEUTRAL
     reach = sorted(f"{m} imports {n}" for m, found in _all_imports().items()
                    if 0 < _layer(m) < len(LAYERS) - 1 and not m.startswith("fastmath.backends")
                    for n in sorted(found & inside))
     assert not reach, "past selection, straight to a backend:\n" + "\n".join(reach)
 
 
-@pytest.mark.parametrize("module", sorted(NEUTRAL))
+@pytest.mark.parametrize("module", sorted(NEUTRAL & set(MODULES)))
 def test_neutral_math_holds_no_backend(module):
-    assert module in MODULES
-    assert _imports(MODULES[module], module_level_only=False) <= _BASE
+    assert _imports(MODULES[module], module_level_only=False) <= _BASE | NEUTRAL
 
 
 def test_the_checks_see_imports():
@@ -150,6 +163,8 @@ def test_the_checks_see_imports():
     torch = _imports(MODULES["fastmath.backends.torch"], module_level_only=False)
     assert "fastmath.dispatch._parallel" in torch and "fastmath._numpy" in torch
     assert "fastmath.frontends._pipeline" in _imports(MODULES["fastmath.frontends._ufunc"], True)
+    assert {"fastmath.dispatch._runtime", "fastmath.integrations._loops",
+            "fastmath.backends._lse_kernel"} <= EXTENSIONS
     # a function-level import, and the layers it joins
     cli = _imports(MODULES["fastmath.tools.cli"], module_level_only=False)
     assert "fastmath._startup" in cli and "fastmath._startup" not in _imports(
