@@ -116,6 +116,14 @@ def watched(under: bool = True, modes=None) -> bool:
             or modes["invalid"] != "ignore" or (under and modes["under"] != "ignore"))
 
 
+def acted_on(flags, modes=None) -> bool:
+    """Whether the error state (``modes``, else the current one) acts on any of ``flags``."""
+    if not flags:
+        return False
+    modes = error_modes() if modes is None else modes
+    return any(flags & bit and modes[key] != "ignore" for key, bit, _ in CATEGORIES)
+
+
 def derive(ref, ins, out) -> int:
     """Flags NumPy would raise computing ``ref(*ins)`` when ``out`` came from a flagless backend.
 

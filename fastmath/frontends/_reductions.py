@@ -274,18 +274,6 @@ def _log_softmax(x, axis):
     return np.subtract(tmp, s, out=tmp)
 
 
-_MODES = (("divide", _fpe.DIVIDE), ("over", _fpe.OVER), ("under", _fpe.UNDER),
-          ("invalid", _fpe.INVALID))
-
-
-def _watched(flags) -> bool:
-    """Whether the error state acts on any of ``flags``."""
-    if not flags:
-        return False
-    modes = np.geterr()
-    return any(flags & bit and modes[key] != "ignore" for key, bit in _MODES)
-
-
 class _Cache:
     """A softmax front end's reference and ``auto``'s smallest accelerated size for it,
     forgotten with the ufuncs' (configuration reloads, debug logging switched on)."""
@@ -336,7 +324,7 @@ def _softmax_front(name):
                 if _fpe.watched() and (not np.isfinite(out).all()
                                        or _subtract_overflows(xa, xa)):
                     return ref(x, axis)
-            elif _watched(flags):
+            elif _fpe.acted_on(flags):
                 return ref(x, axis)
             return out
         except Exception as e:  # NumPy's or SciPy's error, without fastmath's frames
