@@ -218,7 +218,7 @@ class Foreach:
         flags, left, allocated, _ = _loops.foreach(loops, xs, outs, results, self._limit(sel),
                                                    self._split_size, NATIVE_PIECE, threads,
                                                    pace)
-        if allocated >= RECYCLE and _alloc._tuned is None:
+        if allocated >= RECYCLE:
             # many small outputs freed together shrink glibc's heap, and the next call's
             # outputs fault every page in again (about 1000 faults, 10 ms, for 1000 x 1000
             # float64): let freed memory be recycled, as for one large output
