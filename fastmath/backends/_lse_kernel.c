@@ -28,6 +28,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "../dispatch/_runtime.h"
+
+static fm_api *rt; /* the native runtime (fastmath/dispatch/_runtime.c): pool and pacing */
+
 #define MAX_SIZE (1 << 18)     /* as FAST_MAX in _lse.py */
 #define STACK_BYTES 4096       /* per-row partials on the stack up to this size */
 #define NOGIL_SIZE (1 << 14)   /* from here the GIL is released while computing */
@@ -498,6 +502,154 @@ static PyObject *py_partial(PyObject *self, PyObject *const *args, Py_ssize_t na
     return PyBool_FromLong(rc == 0);
 }
 
+/* groups(): the pieces of one call, each a contiguous block of `rows` rows of `n` at
+ * `offset` elements into the input, its partials written from `out` on (GROUP_COLS
+ * int64 columns a piece); run by the runtime's pool, a piece at a time. */
+enum { G_OFFSET, G_ROWS, G_N, G_OUT, GROUP_COLS };
+
+typedef struct {
+    int type, mode;
+    char *a, *M, *m, *s;
+    atomic_int failed; /* a piece's kernel declined (-1) or found no memory (-2) */
+} Groups;
+
+static void group_pieces(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+{
+    Groups *g = data;
+    const int64_t *t = (const int64_t *)args[0];
+    size_t item = g->type == NPY_FLOAT ? sizeof(float) : sizeof(double);
+    for (intptr_t k = 0; k < *count; k++, t = (const int64_t *)((const char *)t + steps[0])) {
+        npy_intp rows = (npy_intp)t[G_ROWS], n = (npy_intp)t[G_N];
+        npy_intp per = SUB_BYTES / (npy_intp)item / n > 1 ? SUB_BYTES / (npy_intp)item / n : 1;
+        size_t need = g->mode == COLS ? (size_t)(per + 2) * n * item + (size_t)n * sizeof(npy_intp)
+                                      : CHUNK_BYTES;
+        void *scratch = PyMem_RawMalloc(need);
+        int rc;
+        char *a = g->a + t[G_OFFSET] * (int64_t)item;
+        size_t out = (size_t)t[G_OUT] * item;
+        if (scratch == NULL) {
+            rc = -2;
+        }
+        else if (g->type == NPY_FLOAT) {
+            rc = partial_f(loops[0], (float *)a, rows, n, g->mode, (float *)(g->M + out),
+                           (float *)(g->m + out), (float *)(g->s + out), scratch);
+        }
+        else {
+            rc = partial_d(loops[1], (double *)a, rows, n, g->mode, (double *)(g->M + out),
+                           (double *)(g->m + out), (double *)(g->s + out), scratch);
+        }
+        PyMem_RawFree(scratch);
+        if (rc != 0) {
+            atomic_store(&g->failed, rc);
+        }
+    }
+}
+
+static fm_pace (*group_paces)[FM_BUCKETS]; /* by the mode of the call */
+
+/* groups(a, mode, table, M, m, s, threads) -> bool: partial() of every piece of table (an
+ * int64 array of GROUP_COLS columns) over a, on the runtime's pool (at most `threads`,
+ * 0: its limit), paced by its policy; False where a piece's kernel declined. */
+static PyObject *py_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyArray_CheckExact(args[0]) || !PyLong_CheckExact(args[1])
+            || !PyLong_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "groups(a, mode, table, M, m, s, threads)");
+        return NULL;
+    }
+    PyArrayObject *arr = (PyArrayObject *)args[0];
+    int type = PyArray_TYPE(arr);
+    long mode = PyLong_AsLong(args[1]);
+    int threads = (int)PyLong_AsLong(args[6]);
+    PyArrayObject *table = PyArray_CheckExact(args[2]) ? (PyArrayObject *)args[2] : NULL;
+    if ((type != NPY_FLOAT && type != NPY_DOUBLE) || mode < FLAT || mode > COLS
+            || loops[1][EXP].fn == NULL || table == NULL || PyArray_NDIM(table) != 2
+            || PyArray_TYPE(table) != NPY_INT64 || PyArray_DIM(table, 1) != GROUP_COLS
+            || !PyArray_IS_C_CONTIGUOUS(table) || !PyArray_ISALIGNED(table)) {
+        PyErr_SetString(PyExc_ValueError, "groups: a float32/float64 array, mode 0-2, an "
+                        "int64 table of 4 columns, loops bound");
+        return NULL;
+    }
+    void *a = operand(args[0], type, -1), *M = operand(args[3], type, -1),
+         *m = operand(args[4], type, -1), *s = operand(args[5], type, -1);
+    npy_intp k = PyArray_DIM(table, 0), size = PyArray_SIZE(arr);
+    npy_intp outs = PyArray_SIZE((PyArrayObject *)args[3]);
+    if (a == NULL || M == NULL || m == NULL || s == NULL
+            || PyArray_SIZE((PyArrayObject *)args[4]) != outs
+            || PyArray_SIZE((PyArrayObject *)args[5]) != outs) {
+        PyErr_SetString(PyExc_ValueError, "groups: contiguous native operands of the input's "
+                        "dtype, three outputs of one size");
+        return NULL;
+    }
+    const int64_t *t = PyArray_DATA(table);
+    for (npy_intp i = 0; i < k; i++, t += GROUP_COLS) { /* every piece within its arrays */
+        int64_t width = mode == FLAT ? 1 : mode == ROWS ? t[G_ROWS] : t[G_N];
+        if (t[G_ROWS] < 1 || t[G_N] < 1 || t[G_OFFSET] < 0 || t[G_OUT] < 0
+                || t[G_OFFSET] + t[G_ROWS] * t[G_N] > size || t[G_OUT] + width > outs) {
+            PyErr_SetString(PyExc_ValueError, "groups: a piece of the table lies outside its "
+                            "arrays");
+            return NULL;
+        }
+    }
+    if (group_paces == NULL && (group_paces = calloc(3, sizeof *group_paces)) == NULL) {
+        return PyErr_NoMemory();
+    }
+    Groups g = {type, (int)mode, a, M, m, s};
+    atomic_init(&g.failed, 0);
+    fm_job job;
+    job.loop = group_pieces;
+    job.data = &g;
+    job.nargs = 1;
+    job.args[0] = (char *)PyArray_DATA(table);
+    job.steps[0] = GROUP_COLS * sizeof(int64_t);
+    job.n = k;
+    job.piece = 1;
+    job.timed = 0;
+    int limit = rt->threads();
+    threads = threads <= 0 || threads > limit ? limit : threads;
+    fm_pace *pace = group_paces[mode];
+    PyThreadState *ts = PyEval_SaveThread();
+    /* the runtime's pacing decides, as for every split (pieces of whole groups, so the
+     * lower level: fm_split would round a piece up to 64) */
+    int how = FM_NOT_RUN, pooled = 0, timed = 0;
+    long long t0 = 0;
+    if (k >= 2 && threads > 1 && rt->begin()) {
+        how = rt->decide(pace, size, &timed);
+        job.timed = timed;
+        t0 = rt->wall_ns();
+        pooled = how == FM_SPLIT && rt->start(&job, threads);
+        if (!pooled) {
+            rt->end();
+            how = how == FM_SPLIT ? FM_NOT_RUN : how;
+        }
+    }
+    if (pooled) {
+        rt->finish(&job);
+        rt->end();
+    }
+    else {
+        intptr_t all = k;
+        char *first = job.args[0];
+        group_pieces(&first, &all, job.steps, &g);
+    }
+    if (how != FM_NOT_RUN && atomic_load(&g.failed) == 0) {
+        long long wall = rt->wall_ns() - t0;
+        if (how == FM_SPLIT) {
+            rt->judge(pace, size, wall, timed ? rt->alone_ns(&job) : -1, job.woke);
+        }
+        else {
+            rt->kept(pace, size, wall);
+        }
+    }
+    feclearexcept(FE_ALL_EXCEPT); /* the kernels ignore FP errors; leave no flags behind */
+    PyEval_RestoreThread(ts);
+    int failed = atomic_load(&g.failed);
+    if (failed == -2) {
+        return PyErr_NoMemory();
+    }
+    return PyBool_FromLong(failed == 0);
+}
+
 static PyObject *py_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6 || !PyArray_CheckExact(args[0])) {
@@ -592,6 +744,9 @@ static PyMethodDef methods[] = {
      "SciPy's (M, m, s) decomposition of a 2-d C-contiguous float32/float64 array a, written\n"
      "into M, m, s: mode 0 over all of a (one each), 1 per row, 2 per column. False where\n"
      "some maximum is not finite (the outputs are then undefined). Releases the GIL."},
+    {"groups", (PyCFunction)(void (*)(void))py_groups, METH_FASTCALL,
+     "groups(a, mode, table, M, m, s, threads) -> bool: partial() of each piece of table\n"
+     "(int64 rows: offset, rows, n, out) on the native runtime's pool"},
     {"merge", (PyCFunction)(void (*)(void))py_merge, METH_FASTCALL,
      "merge(M1, m1, s1, M2, m2, s2): the first partial becomes the merge of both, as\n"
      "fastmath.backends._lse.lse_merge (finite maxima only)."},
@@ -612,6 +767,15 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__lse_kernel(void)
 {
     if (_import_array() < 0) {
+        return NULL;
+    }
+    rt = PyCapsule_Import(FM_CAPSULE, 0);
+    if (rt == NULL) {
+        return NULL;
+    }
+    if (rt->version != FM_API_VERSION) {
+        PyErr_Format(PyExc_ImportError, "fastmath.dispatch._runtime has C API %d, not %d: "
+                     "rebuild fastmath", rt->version, FM_API_VERSION);
         return NULL;
     }
     return PyModule_Create(&module);

@@ -398,44 +398,31 @@ def _lse_groups(a, axes):
     out_shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
     if mode == 0 or (mode == 1 and n > GROUP):
         # runs of GROUP elements, merged in order within each row
-        v = a.reshape(rows, n)
         per = -(-n // GROUP)
         res = [np.empty(rows, a.dtype) for _ in range(3)]
-        pieces = [(r, lo, min(lo + GROUP, n)) for r in range(rows) for lo in range(0, n, GROUP)]
-        parts = [np.empty((len(pieces), 1), a.dtype) for _ in range(3)]
-
-        def flat(i):
-            r, lo, hi = pieces[i]
-            return kernel.partial(v[r:r + 1, lo:hi], 0, *(p[i] for p in parts))
-
-        if not all(_run([lambda i=i: flat(i) for i in range(len(pieces))], a.size)):
+        pieces = [(r * n + lo, 1, min(GROUP, n - lo), r * per + j)
+                  for r in range(rows) for j, lo in enumerate(range(0, n, GROUP))]
+        parts = [np.empty(len(pieces), a.dtype) for _ in range(3)]
+        if not _groups(kernel, a, 0, pieces, parts):
             return None
         for r in range(rows):
-            acc = [p[r * per] for p in parts]
+            acc = [p[r * per:r * per + 1] for p in parts]
             for i in range(r * per + 1, (r + 1) * per):
-                kernel.merge(*acc, *(p[i] for p in parts))
+                kernel.merge(*acc, *(p[i:i + 1] for p in parts))
             for dst, src in zip(res, acc):
                 dst[r] = src[0]
         return tuple(x.reshape(out_shape) for x in res)
-    v = a.reshape(rows, n)
     per_group = max(1, GROUP // n)
     starts = range(0, rows, per_group)
     if mode == 1:
         # whole rows per group, each row's result its own
         res = [np.empty(rows, a.dtype) for _ in range(3)]
-
-        def group(lo):
-            hi = min(lo + per_group, rows)
-            return kernel.partial(v[lo:hi], 1, *(x[lo:hi] for x in res))
+        pieces = [(lo * n, min(per_group, rows - lo), n, lo) for lo in starts]
     else:
         # groups of rows, each a partial per column, merged in order
         res = [np.empty((len(starts), n), a.dtype) for _ in range(3)]
-
-        def group(lo):
-            i = lo // per_group
-            return kernel.partial(v[lo:lo + per_group], 2, *(x[i] for x in res))
-
-    if not all(_run([lambda lo=lo: group(lo) for lo in starts], a.size)):
+        pieces = [(lo * n, min(per_group, rows - lo), n, i * n) for i, lo in enumerate(starts)]
+    if not _groups(kernel, a, mode, pieces, res):
         return None
     if mode == 2:
         acc = [x[0] for x in res]
@@ -445,20 +432,17 @@ def _lse_groups(a, axes):
     return tuple(x.reshape(out_shape) for x in res)
 
 
+def _groups(kernel, a, mode, pieces, outs):
+    """The compiled kernel's partials of ``pieces`` ((offset, rows, n, out index) each, a
+    contiguous block of ``a``) on the native runtime's pool, paced by its policy; False
+    where a piece declined. Each piece's partials land in place, so the results have the
+    same bits however many threads ran."""
+    table = np.array(pieces, dtype=np.int64).reshape(-1, 4)
+    return kernel.groups(a, mode, table, *(x.reshape(-1) for x in outs), _parallel.threads())
+
+
 _LSE_DTYPES = FLOATS
 
 
-# the paces of the Python blocks (lse_partial) and of the compiled kernel's groups (_run)
-_LSE_PACES = (_parallel.Pace(), _parallel.Pace())
-
-
-def _run(tasks, n):
-    """The compiled kernel's groups (of ``n`` elements in all) on the pool, or in this
-    thread where splitting has been losing; in order either way."""
-    plan = _parallel.plan(_LSE_PACES[1], n)
-    if plan.parts < 2:
-        results = [task() for task in tasks]
-    else:
-        results = _parallel.run(tasks, plan)
-    plan.done()
-    return results
+# the pace of the Python blocks (lse_partial)
+_LSE_PACES = (_parallel.Pace(),)

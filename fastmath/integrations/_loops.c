@@ -482,12 +482,15 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
     job.piece = job.piece < 1 ? 1 : job.piece;
     /* The runtime's pacing decides, as for every split: on the pool while that finishes
      * sooner than this thread alone, measured on lists of about this many elements. */
-    int how = FM_NOT_RUN, pooled = 0;
+    int how = FM_NOT_RUN, pooled = 0, most_threads = rt->threads();
+    long long t0 = 0;
+    threads = threads > most_threads ? most_threads : threads; /* threadpoolctl's limit */
     if (threads > 1 && most >= 2 && most_total >= min_parallel
             && rt->begin()) { /* else busy: this thread does it all */
         int timed = 0;
         how = pace != NULL ? rt->decide(pace, most_total, &timed) : FM_SPLIT;
         job.timed = timed;
+        t0 = pace != NULL ? rt->wall_ns() : 0;
         pooled = how == FM_SPLIT && rt->start(&job, threads);
         if (!pooled) {
             rt->end();
@@ -495,7 +498,6 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
         }
     }
     int timing = pace != NULL && how != FM_NOT_RUN;
-    long long t0 = timing ? rt->wall_ns() : 0;
 
     npy_intp m = 0, total = 0, allocated = 0;
     int bad = 0;

@@ -143,3 +143,29 @@ def test_bad_operands_are_refused_clearly():
         k.partial(a, 3, np.empty(1), np.empty(1), np.empty(1))  # no such mode
     with pytest.raises(ValueError, match="merge"):
         k.merge(*[np.empty(3)] * 5, np.empty(3, np.float32))
+
+
+def test_a_table_piece_outside_its_arrays_is_refused():
+    """groups() reads and writes where its table says, without the GIL: a piece past the
+    input's end or the outputs' is refused before anything runs."""
+    k = block_kernel()
+    a = np.ones((4, 5))
+    outs = [np.empty(4) for _ in range(3)]
+    for piece in ([16, 1, 5, 0], [0, 5, 5, 0], [0, 4, 5, 1], [-1, 1, 5, 0], [0, 0, 5, 0]):
+        with pytest.raises(ValueError, match="groups"):
+            k.groups(a, 1, np.array([piece], np.int64), *outs, 2)
+    assert k.groups(a, 1, np.array([[0, 2, 5, 0], [10, 2, 5, 2]], np.int64), *outs, 2)
+    np.testing.assert_allclose(outs[0], 1.0)  # each row's maximum
+
+
+def test_groups_run_on_the_native_runtime_not_the_python_pool(monkeypatch):
+    """The groups are pieces of one call of the native runtime (no Python per piece),
+    paced by its policy; the Python pool is not asked."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the Python pool was asked")
+    monkeypatch.setattr(_parallel, "run", refuse)
+    a = np.random.default_rng(4).standard_normal((8, numpy_backend.GROUP)) * 5
+    for axis in (None, 1, 0):
+        with fastmath.backend("numpy"):
+            got = fastmath.logsumexp(a, axis=axis)
+        close(got, scipy.special.logsumexp(a, axis=axis), a.dtype)

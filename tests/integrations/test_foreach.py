@@ -727,3 +727,29 @@ def test_new_outputs_and_out_lists_are_paced_apart(runtime_clocks):
         assert _ways(each, xs, 3)[:2] == "sw"
         assert each._paces[1].stats(n)["kept"] == 0  # out= lists: nothing recorded yet
         assert _ways(each, xs, 2, out=outs) == "sw"  # their own first split and whole run
+
+
+@compiled
+def test_the_list_runner_keeps_to_the_runtimes_thread_limit(monkeypatch):
+    """threadpoolctl's limit (here set directly) holds for lists too: with the runtime
+    limited to one thread no worker joins a call, whatever the caller asks for."""
+    from fastmath.dispatch import _runtime
+
+    monkeypatch.setattr(fastmath.dispatch._parallel, "threads", lambda: 2)
+    # long enough (some 20 ms) for a worker to join it on a busy machine too
+    xs = [np.linspace(0, 1, 1000) + k % 50 for k in range(3000)]
+    before_limit, pacing = _runtime.threads(), _runtime.set_pacing(False)
+    try:
+        with fastmath.backend("numpy"):
+            joins = _runtime.stats()["joins"]
+            foreach.exp(xs)  # the loops looked up, the pool started
+            foreach.exp(xs)
+            assert _runtime.stats()["joins"] > joins  # (a worker takes part unlimited)
+            _runtime.set_threads(1)
+            joins = _runtime.stats()["joins"]
+            for g, x in zip(foreach.exp(xs), xs):
+                same_bits(g, np.exp(x))
+            assert _runtime.stats()["joins"] == joins
+    finally:
+        _runtime.set_threads(before_limit)
+        _runtime.set_pacing(pacing)
