@@ -134,7 +134,7 @@ def split(args):
             copy = (f"{t0 / times['copy']:.2f}x ({times['copy'] * 1e3:.2f} ms)"
                     if "copy" in times else "")
             print(f"{name:12}{n:>10}{t0 * 1e6:>11.1f}{t0 / times['backend']:>8.2f}x"
-                  f"{t0 / times['loops']:>7.2f}x{copy:>15}")
+                  f"{t0 / times['loops']:>7.2f}x {copy:>15}")
 
 
 def idle(args):
