@@ -79,6 +79,11 @@ OPTIONAL = {
 KERNEL_ATTRIBUTES = {
     "any_strides": "True: the kernel takes negative strides as they are",
     "masked": "masked(mask) -> kernel or None: a kernel for the elements a where= mask selects",
+    "runtime_entry": "runtime_entry() -> (loops, pace, smallest bytes) or None: how a front "
+                     "end may make this kernel's calls of one contiguous array itself, with "
+                     "no Python in between (the ufuncs' fast path in C): the native "
+                     "runtime's ``unary(loops, x, out, pace, 0, 0, 0)`` from that size, "
+                     "the reference's own call below it",
 }
 
 
