@@ -202,7 +202,8 @@ class MklBackend:
 
 
 class _Kernel:
-    __slots__ = ("fns", "fpe", "scalar", "min_bytes", "addresses", "pace", "min_split")
+    __slots__ = ("fns", "fpe", "scalar", "min_bytes", "addresses", "pace", "pace_record",
+                 "min_split")
 
     def done(self, out):
         """What the front end must do about NumPy's FP errors (see backends/_protocol.py)."""
@@ -210,7 +211,9 @@ class _Kernel:
 
     def _on_runtime(self, fns, cost):
         self.addresses = {dt: ctypes.cast(fn, ctypes.c_void_p).value for dt, fn in fns.items()}
-        self.pace = _runtime.new_pace() if _runtime is not None else -1
+        # the runtime's pacing record, given back with this kernel
+        self.pace_record = _parallel.Pace() if _runtime is not None else None
+        self.pace = self.pace_record.id() if _runtime is not None else -1
         self.min_split = RUNTIME_MIN_BYTES / cost
 
     def _on_pool(self, ins, out):

@@ -56,7 +56,7 @@ class _Unary:
     Everything else large splits on the Python pool, one NumPy call per chunk."""
 
     __slots__ = ("ufunc", "min_bytes", "maskable", "_native", "_pace", "_min_split",
-                 "_pool_pace")
+                 "_pool_pace", "_runtime_pace")
     any_strides = True
 
     def __init__(self, ufunc, min_bytes, maskable=False, cost=1.0):
@@ -129,7 +129,8 @@ class _Unary:
         if native is None:
             native = self._native = native_loops(self.ufunc)
             if native:
-                self._pace = _runtime.new_pace()
+                self._runtime_pace = _parallel.Pace()  # (given back with this kernel)
+                self._pace = self._runtime_pace.id()
         return native
 
     def runtime_entry(self):

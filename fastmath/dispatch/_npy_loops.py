@@ -48,11 +48,14 @@ def native_loops(ufunc):
     try:  # one element through the compiled path: another NumPy's call info fails here
         pace = _runtime.new_pace()
         ok = True
-        with np.errstate(all="ignore"):
-            for dt, res, _ in loops:
-                xs, got = (np.ones(1, dt),) * nin, np.empty(1, res)
-                ok &= (_runtime.unary(loops, xs, got, pace, 0, 0, 1) is not None
-                       and np.array_equal(got, ufunc(*xs), equal_nan=True))
+        try:
+            with np.errstate(all="ignore"):
+                for dt, res, _ in loops:
+                    xs, got = (np.ones(1, dt),) * nin, np.empty(1, res)
+                    ok &= (_runtime.unary(loops, xs, got, pace, 0, 0, 1) is not None
+                           and np.array_equal(got, ufunc(*xs), equal_nan=True))
+        finally:
+            _runtime.free_pace(pace)
     except Exception:  # noqa: BLE001 - then the Python path it is
         ok = False
     return loops if ok else ()

@@ -185,6 +185,16 @@ class Pace:
             self._id = _runtime.new_pace()
         return self._id
 
+    def __del__(self):
+        # the record goes back to the runtime, which hands it out again, cleared: kernels
+        # made again and again (a configuration reload rebuilds them) never run it out
+        if self._id >= 0 and _runtime is not None:
+            try:
+                _runtime.free_pace(self._id)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+            self._id = -1
+
     def stats(self, n: int) -> dict:
         """The record for calls of about ``n`` elements (see ``_runtime.pace``)."""
         return _runtime.pace(self.id(), n)

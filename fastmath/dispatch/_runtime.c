@@ -848,8 +848,18 @@ static PyObject *py_set_mkl_threads_local(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Records given back (free_pace) are handed out again, cleared: a program that builds its
+ * kernels again and again (a reload of the configuration, a test suite) never runs out. */
+static int free_ids[MAXPACES];
+static int nfree = 0; /* both under the GIL */
+
 static PyObject *py_new_pace(PyObject *self, PyObject *unused)
 {
+    if (nfree > 0) {
+        int k = free_ids[--nfree];
+        memset(paces[k], 0, sizeof paces[k]);
+        return PyLong_FromLong(k);
+    }
     int k = atomic_load(&npaces); /* under the GIL */
     if (k >= MAXPACES) {
         PyErr_SetString(PyExc_RuntimeError, "no pacing records left");
@@ -863,6 +873,26 @@ static PyObject *py_new_pace(PyObject *self, PyObject *unused)
     }
     atomic_store(&npaces, k + 1);
     return PyLong_FromLong(k);
+}
+
+static PyObject *py_free_pace(PyObject *self, PyObject *args)
+{
+    int k;
+    if (!PyArg_ParseTuple(args, "i", &k)) {
+        return NULL;
+    }
+    if (k < 0 || k >= atomic_load(&npaces) || nfree >= MAXPACES) {
+        PyErr_SetString(PyExc_ValueError, "free_pace: a number from new_pace()");
+        return NULL;
+    }
+    for (int i = 0; i < nfree; i++) {
+        if (free_ids[i] == k) {
+            PyErr_SetString(PyExc_ValueError, "free_pace: given back already");
+            return NULL;
+        }
+    }
+    free_ids[nfree++] = k;
+    Py_RETURN_NONE;
 }
 
 static PyObject *pace_dict(fm_pace *paces_of, Py_ssize_t n)
@@ -1126,6 +1156,8 @@ static PyMethodDef methods[] = {
      "set_mkl_threads_local(address of MKL_Set_Num_Threads_Local): VML runs one thread in\n"
      "each piece"},
     {"new_pace", py_new_pace, METH_NOARGS, "new_pace() -> a new pacing record's number"},
+    {"free_pace", py_free_pace, METH_VARARGS,
+     "free_pace(number): a record of new_pace()'s no longer used (its owner is gone)"},
     {"pace", py_pace, METH_VARARGS,
      "pace(number, n) -> {left, skip, since, kept, one_thread}: the back-off record of calls\n"
      "of about n elements (one_thread: seconds a whole call of n takes lately, or None)"},

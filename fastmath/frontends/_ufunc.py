@@ -256,7 +256,8 @@ class Ufunc(functools.partial):
             return
         self._lean_seen.add(dt)
         chain = _selection.plan(self._spec, _pipeline.dtype_name(dt), 1)
-        entry = getattr(chain[0][1], "runtime_entry", None) if len(chain) == 1 else None
+        kernel = chain[0][1] if len(chain) == 1 else None
+        entry = getattr(kernel, "runtime_entry", None)
         entry = entry() if entry is not None else None
         if entry is None:
             return
@@ -264,8 +265,9 @@ class Ufunc(functools.partial):
         for in_dt, out_dt, _ in loops:
             if in_dt is dt:
                 size = out_dt.itemsize
+                # (the kernel last: it holds the pacing record ``pace`` names)
                 self._native[_LEAN].append((dt, loops, pace, -int(-min_bytes // size),
-                                            _alloc.LARGE // size, out_dt))
+                                            _alloc.LARGE // size, out_dt, kernel))
 
     def _forget_lean(self):
         self._lean_seen = set()

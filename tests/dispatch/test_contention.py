@@ -263,3 +263,22 @@ def test_a_torch_call_slower_than_the_next_kernel_alone_is_judged_lost(monkeypat
     # call runs the next kernel, timed; the next split is slower than that: lost, paused
     assert ran == ["own", "then", "own", "then"]
     assert k.pace.stats(x.size)["skip"] == 2
+
+
+def test_pacing_records_of_kernels_made_again_and_again_are_reused():
+    """A record goes back to the runtime with its owner: a program (or a test suite) that
+    rebuilds its kernels, as every configuration reload does, never runs out of them (there
+    are 4096 at a time)."""
+    from fastmath.backends import numpy as numpy_backend
+
+    for _ in range(5000):
+        _parallel.Pace().id()  # each given back at once
+    for _ in range(5000):  # the numpy backend's kernels (and NumPy's loops' check)
+        kernel = numpy_backend.NumpyBackend().kernel(BY_NAME["exp"])
+        assert kernel._compiled(np.ones(4), np.empty(4)) == 0
+    used = _parallel.Pace()
+    _runtime.kept(used.id(), N, 1e-3)
+    ident = used.id()
+    del used
+    again = _parallel.Pace()
+    assert again.id() == ident and again.stats(N)["kept"] == 0  # reused, and cleared
