@@ -90,7 +90,10 @@ def test_under_threadpool_limits_a_call_runs_in_the_callers_thread():
             with threadpoolctl.threadpool_limits(1, user_api="fastmath"):
                 got = fastmath.exp(x)
             assert _runtime.stats()["joins"] == joins
-            fastmath.exp(x)
+            for _ in range(50):  # (a parked worker may wake too late for one call, loaded)
+                fastmath.exp(x)
+                if _runtime.stats()["joins"] > joins:
+                    break
             assert _runtime.stats()["joins"] > joins  # the limit is gone after the block
     finally:
         _runtime.set_pacing(before)
