@@ -72,6 +72,9 @@ OPTIONAL = {
               "lives, returned as the caller's array type",
     "own_threads": "own_threads: f(size) -> bool, or None: whether the library's own "
                    "threads share a call of ``size`` elements (auto times those calls)",
+    "loaded": "loaded() -> bool: whether the costly library the first kernel imports is "
+              "imported already; auto tries the backend on a program's calls only then, or "
+              "once they have done enough work to pay for the import (dispatch/_learn.py)",
 }
 
 # Optional kernel attributes, for kernels that run the reference's own loop: the front

@@ -14,6 +14,8 @@ possible (backends/_flags.py) and the front end derives NumPy's errors from the 
 """
 from __future__ import annotations
 
+import sys
+
 import threading
 
 from .._numpy import FLOATS as _FLOATS
@@ -63,6 +65,10 @@ class NumexprBackend:
         import importlib.util
 
         return None if importlib.util.find_spec("numexpr") is not None else _MISSING
+
+    def loaded(self) -> bool:
+        """Whether numexpr is imported already (see TorchBackend.loaded)."""
+        return "numexpr" in sys.modules
 
     def why_unavailable(self):
         try:

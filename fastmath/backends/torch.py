@@ -126,6 +126,11 @@ class TorchBackend:
 
         return None if importlib.util.find_spec("torch") is not None else _MISSING
 
+    def loaded(self) -> bool:
+        """Whether torch is imported already: ``auto`` tries this backend only then, or
+        once the program's calls have done enough work to pay for the import (1.5 s)."""
+        return "torch" in sys.modules
+
     def why_unavailable(self):
         try:
             torch = _import_torch()

@@ -18,7 +18,8 @@ from . import _fpe
 
 # every variable read() reads (the docs test holds the pages to this list)
 # (and FASTMATH_PATCH, which the start-up hook reads before fastmath is imported: _startup)
-VARIABLES = ("FASTMATH_BACKEND", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT", "FASTMATH_VERIFY",
+VARIABLES = ("FASTMATH_BACKEND", "FASTMATH_AUTO", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT",
+             "FASTMATH_VERIFY",
              "FASTMATH_CALIBRATION", "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY", "FASTMATH_PATCH")
 BACKEND_NAMES = ("auto",) + _backends.NAMES
 
@@ -32,6 +33,7 @@ _backends.on_register(_names_changed)
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+AUTO_MODES = ("learn", "fixed", "off")  # how auto chooses (dispatch/_learn.py)
 
 
 def canonical(name):
@@ -62,6 +64,7 @@ def _omp_threads(raw):
 @dataclass(frozen=True)
 class Config:
     backend: str = "auto"
+    auto: str = "learn"
     num_threads: int = field(default_factory=default_threads)
     strict: bool = False
     verify: bool = False  # accelerate(elementwise/rows) checks its first blocked call
@@ -104,6 +107,7 @@ def read(environ=None) -> Config:
             _warn(var, raw, problem, f"{fallback}. Valid choices: {', '.join(valid)}")
 
     choose("FASTMATH_BACKEND", "backend", BACKEND_NAMES, "is not a backend", "using 'auto'")
+    choose("FASTMATH_AUTO", "auto", AUTO_MODES, "is not a mode of auto", "using 'learn'")
 
     if omp is not None:
         kw["num_threads"] = omp

@@ -14,7 +14,7 @@ import inspect
 import warnings
 
 from .._numpy import np
-from . import _calibration, _config, _fpe, _log, _parallel, _verify
+from . import _calibration, _config, _fpe, _learn, _log, _parallel, _verify
 from .. import backends
 from ._config import canonical
 
@@ -350,6 +350,8 @@ def _same_bits(first, then, spec, dtype) -> bool:
 
 def _build(sel, spec, dtype):
     if sel == "auto":
+        if _learn.state.mode == "off":
+            return ()  # FASTMATH_AUTO=off: the reference at every size
         rows = []
         for min_size, names in _calibration.rows(spec.name, dtype):
             # no names: the reference itself measured fastest at these sizes
@@ -383,10 +385,11 @@ def _build(sel, spec, dtype):
     return tuple(chain)
 
 
-def plan(spec, dtype, size: int):
+def plan(spec, dtype, size: int, layout: int = 0):
     """The (name, kernel) pairs to try in order for this call; empty means "call numpy".
 
-    ``dtype`` is the loop's dtype, as a string.
+    ``dtype`` is the loop's dtype, as a string; ``layout`` 0 for contiguous operands, 1
+    otherwise (``auto`` learns each apart: dispatch/_learn.py).
     """
     sel = current()
     key = (sel, spec.name, dtype)
@@ -399,6 +402,14 @@ def plan(spec, dtype, size: int):
         _log.plan_built(spec, sel, dtype, p)
     if sel != "auto":
         return p
+    if size >= _LEARN_FROM and _learn_state.on:
+        key = (spec.name, dtype, size.bit_length() >> 1, layout)
+        s = _settled.get(key)
+        if s is not None:
+            s.left -= 1
+            if s.left > 0:
+                return s.chain
+        return _learn.choose(key, spec, dtype, size, arms)
     for min_size, chain in p:
         if size >= min_size:
             return chain
@@ -407,7 +418,109 @@ def plan(spec, dtype, size: int):
 
 def small_size(spec) -> int:
     """Below this size ``auto`` calls the reference directly, whatever the dtype."""
-    return _calibration.smallest(spec.name)
+    if _learn_state.mode == "off":
+        return 1 << 62
+    table = _calibration.smallest(spec.name)
+    return min(table, _learn.floor(spec.name)) if _learn_state.on else table
+
+
+def on_small_changed(hook) -> None:
+    """Register a callable run when :func:`small_size` may have changed (``auto`` has
+    learned that a size class is the reference's): front ends that cache it forget it."""
+    _learn.on_floor(hook)
+
+
+_LEARN_FROM = _learn.LEARN_FROM
+_learn_state = _learn.state
+_settled = _learn.settled
+
+
+class _Reference:
+    """The reference ufunc run into the front end's output in the caller's thread: the
+    baseline ``auto`` measures every backend against while it learns (NumPy acts on its
+    FP errors itself, as in the numpy backend's small calls)."""
+
+    __slots__ = ("ufunc",)
+    any_strides = True
+
+    def __init__(self, ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, *ins):
+        self.ufunc(*ins[:-1], out=ins[-1])
+        return backends.HANDLED
+
+
+_arms: dict = {}  # (function, dtype) -> arms(): every cell of the pair shares its kernels
+
+
+def arms(spec, dtype):
+    """What ``auto`` may try for ``spec`` on ``dtype`` (see :func:`_arms_of`), built once
+    per function and dtype: a kernel holds resources (the runtime's pacing records)."""
+    key = (spec.name, dtype)
+    found = _arms.get(key)
+    if found is None:
+        found = _arms[key] = _arms_of(spec, dtype)
+    baseline, chains, deferred = found
+    return baseline, dict(chains), list(deferred)
+
+
+def _arms_of(spec, dtype):
+    """What ``auto`` may try for ``spec`` on ``dtype`` (dispatch/_learn.py): (the baseline,
+    {arm: chain}, arms deferred until their library is imported). The baseline is the
+    reference itself for ufuncs, the numpy backend (NumPy's kernels) for the rest. Every
+    backend arm passed the same checks as a table's row (a kernel, sound here); a backend
+    off the CPU is not tried (host data would travel: only a measured row sends it)."""
+    chains, deferred = {}, []
+    if spec.kind in ("unary", "binary"):
+        baseline = "reference"
+        chains[baseline] = (("numpy", _Reference(spec.reference())),)
+    else:
+        baseline = "numpy"
+    for name in backends.NAMES:
+        b = backends.get(name)
+        if getattr(b, "device", "cpu") != "cpu" or backends.why_missing(name) is not None:
+            continue
+        loaded = getattr(b, "loaded", None)
+        if loaded is not None and not loaded():
+            deferred.append(name)
+            continue
+        chain = _arm(spec, dtype, name)
+        if chain:
+            chains[name] = chain
+    return baseline, chains, deferred
+
+
+def _arm(spec, dtype, name):
+    """The chain ``auto`` runs for arm ``name``, the numpy backend behind it; None if it
+    has no sound kernel here. Built once per function, dtype and backend."""
+    key = (spec.name, dtype, name)
+    if key not in _arms:
+        _arms[key] = _arm_of(spec, dtype, name)
+    return _arms[key]
+
+
+def _arm_of(spec, dtype, name):
+    if backends.why_unavailable(name) is not None:
+        return None
+    k = _kernel(name, spec)
+    if k is None or not _sound(name, spec, dtype, k, False):
+        return None
+    chain = ((name, k),) if name == "numpy" else ((name, k), ("numpy", _kernel("numpy", spec)))
+    return _auto_chain(chain, spec, dtype)
+
+
+def _guess(spec, dtype, size):
+    """(what the table would run first at ``size``: a backend or "reference", the table's
+    source: "defaults" or a calibration file's path)."""
+    e = _calibration.entry(spec.name, dtype)
+    row = e.row(size) if e is not None else None
+    first = row[1][0] if row is not None and row[1] else "reference"
+    return first, (e.source if e is not None else "defaults")
+
+
+arms.build = _arm
+arms.guess = _guess
 
 
 def strict() -> bool:
@@ -451,6 +564,7 @@ def _say_unavailable(name, why, fix):
 
 def _reload():
     _plans.clear()
+    _arms.clear()
     _warned.clear()
     _probed.clear()
     state.default = _env_default()

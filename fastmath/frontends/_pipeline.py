@@ -74,7 +74,8 @@ def call(f, xs, args, kwargs):
         return reference()
     arrays, in_dts, out_dt, shape, size = prepared
     name = dtype_name(in_dts[0])
-    chain = _selection.plan(f._spec, name, size)
+    chain = _selection.plan(f._spec, name, size, 0 if all(
+        a.flags.c_contiguous and a.shape == shape for a in arrays) else 1)
     if not chain or size == 0:
         return reference(f"below auto's smallest size for {name}, or empty")
     mask = where_mask(kwargs.get("where", True), shape)
@@ -122,12 +123,14 @@ def lean(f, xs):
         return NotImplemented
     out_dt, name = entry
     size = x.size
-    chain = _selection.plan(f._spec, name, size)
+    contiguous = x.flags.c_contiguous and (len(xs) == 1 or xs[1].flags.c_contiguous)
+    chain = _selection.plan(f._spec, name, size, 0 if contiguous else 1)
     if not chain or not size:
-        return NotImplemented
+        # the reference's own call, as ``call`` would make it for these operands
+        return f._ref(*xs) if size and not _log.state.on else NotImplemented
     if _alloc._tuned is None and size * out_dt.itemsize >= _alloc.LARGE:
         _alloc.tune()
-    if x.flags.c_contiguous and (len(xs) == 1 or xs[1].flags.c_contiguous):
+    if contiguous:
         res = _empty(x.shape, out_dt)
         f._run(chain, xs, res)
     else:

@@ -303,6 +303,7 @@ def _forget_small():
 
 _config.on_reload(_forget_small)
 _log.on_route(_forget_small)
+_selection.on_small_changed(_forget_small)
 
 
 Ufunc.__doc__ = _Doc(Ufunc.__doc__)

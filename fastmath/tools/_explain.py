@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from .._numpy import FLOATS as _FLOATS, np
 
-from ..dispatch import _calibration, _selection
+from ..dispatch import _calibration, _learn, _selection
 from .. import _registry
 from .._registry import BY_NAME
 
@@ -25,6 +25,10 @@ class Explanation:
     selected: str = "auto"  # the selection in force where explain() was called
     reason: str = ""  # why the front end hands such a call to the reference at any size
     rows: tuple = ()  # every row of the table for this function and dtype
+    # where auto's choice comes from: "learned here", "learned here in an earlier run",
+    # "calibration run (path)", "guessed (...)", "learning now", or FASTMATH_AUTO=off
+    how: str = ""
+    learned: dict | None = None  # the cell's state (dispatch/_learn.describe), if any
 
     def __str__(self):
         ref = BY_NAME[self.function].ref.replace(":", ".")
@@ -34,7 +38,11 @@ class Explanation:
             pick = f"{ref}'s own formula in this thread (its results, warnings and errors)"
         lines = [f"fastmath.{self.function} on {self.dtype}, {_elements(self.size)}: "
                  f"auto runs {pick}"]
-        if self.row is None:
+        decided = self.learned is not None and self.learned["state"] != "learning"
+        if decided:
+            guess = " > ".join(self.row[1]) or "reference" if self.row else "reference"
+            lines.append(f"  why: measured on this machine (the table's guess: {guess})")
+        elif self.row is None:
             if self.reason:
                 why = self.reason
             elif self.source == "not measured":
@@ -51,6 +59,13 @@ class Explanation:
             lines.append(f"  table row: from {_elements(self.row[0])}, {names}")
         if not self.reason:
             lines.append(f"  source: {self.source}")
+        if self.how:
+            lines.append(f"  chosen: {self.how}")
+        if self.learned and self.learned.get("medians"):
+            times = ", ".join(f"{k} {_fmt(v)}" for k, v in
+                              sorted(self.learned["medians"].items(), key=lambda kv: kv[1]))
+            lines.append(f"  medians of up to {self.learned['samples']} calls each "
+                         f"(an arm slower than the reference stops at one): {times}")
         if self.measured:
             times = ", ".join(f"{k} {_fmt(v)}" for k, v in
                               sorted(self.measured.items(), key=lambda kv: kv[1]))
@@ -156,7 +171,26 @@ def explain(func, /, *args, **kwargs) -> Explanation:
     measured, at = {}, None
     if entry is not None:
         at, measured = entry.nearest(size)
+    source = entry.source if entry is not None else "not measured"
+    how = ("guessed (the built-in defaults, measured on another machine)"
+           if source in ("defaults", "not measured") else f"calibration run ({source})")
+    learned = None
+    mode = _learn.state.mode
+    if mode == "off":
+        names, how = (), "FASTMATH_AUTO=off: the reference at every size"
+    elif mode == "learn" and size >= _learn.LEARN_FROM:
+        learned = _learn.describe(spec.name, dtype, size)
+        if learned is None:
+            how = (f"not learned yet: {how} until this program's first calls of about "
+                   f"{_elements(size)} ({dtype}) measure it")
+        elif learned["state"] == "learning":
+            how = f"learning now, {how} meanwhile"
+        else:
+            choice = learned["choice"]
+            names = () if choice == "reference" else (choice,) + (
+                () if choice == "numpy" else ("numpy",))
+            how = learned["source"]
     return Explanation(spec.name, dtype, int(size), names[0] if names else "reference",
-                       names[1:], row, entry.source if entry is not None else "not measured",
-                       measured, at, _selection.current(),
-                       rows=entry.rows if entry is not None else ())
+                       names[1:], row, source, measured, at, _selection.current(),
+                       rows=entry.rows if entry is not None else (), how=how,
+                       learned=learned)

@@ -40,8 +40,26 @@ def settings(cfg) -> dict:
                             if "OMP_NUM_THREADS" in cfg.sources
                             else "default: the cores this process may use"),
         "strict": _setting(cfg, "FASTMATH_STRICT", cfg.strict, "default"),
+        "auto": _setting(cfg, "FASTMATH_AUTO", cfg.auto, "default"),
         "calibration": calibration(cfg),
+        "learned": learned(cfg),
     }
+
+
+def learned(cfg) -> dict:
+    """What ``auto`` has learned on this machine: the store's path (None where nothing is
+    learned: FASTMATH_AUTO=fixed or off) and how many choices came from where."""
+    from ..dispatch import _learn
+
+    if cfg.auto != "learn":
+        return {"value": None, "source": f"FASTMATH_AUTO={cfg.auto}: nothing is learned"}
+    earlier = len(_learn.stored())
+    here = sum(1 for c in list(_learn.cells.values()) if c.source == "learned here"
+               and c.choice is not None)
+    learning = sum(1 for c in list(_learn.cells.values()) if c.learning)
+    return {"value": str(_learn.path()),
+            "source": f"{earlier} choices from earlier runs on this machine, {here} learned "
+                      f"by this process, {learning} being learned now"}
 
 
 def calibration(cfg) -> dict:
@@ -98,7 +116,9 @@ def collect() -> dict:
 
 def shown(setting, value) -> str:
     """A setting's value for people: no calibration file means the built-in defaults."""
-    return "built-in defaults" if setting == "calibration" and value is None else str(value)
+    if value is None and setting == "calibration":
+        return "built-in defaults"
+    return "nothing learned" if value is None and setting == "learned" else str(value)
 
 
 def render(d: dict) -> str:

@@ -98,7 +98,7 @@ def failing_first(monkeypatch):
     numpy_backend = backends.get("numpy")
     real = _selection.plan
 
-    def plan(spec, dtype, size):
+    def plan(spec, dtype, size, layout=0):
         kernel = numpy_backend.kernel(spec)
         return (("failing", Failing(kernel)), ("numpy", kernel))
 

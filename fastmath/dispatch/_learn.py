@@ -1,0 +1,550 @@
+"""What ``auto`` learns from the program's own calls: the fastest path for each cell.
+
+A cell is (function, dtype, size class, layout class): size classes are a factor 4 wide
+(``size.bit_length() >> 1``), layouts are contiguous (0) or not (1). From LEARN_FROM
+elements up, the first calls of a cell try its arms in turn, interleaved: the baseline
+(the reference called into the front end's output, or for reductions the numpy backend)
+and each backend whose kernel gives the row's promised result on this machine (the
+chains ``_selection`` builds; this module knows no backend). Each arm's first call is a
+warm-up and is not counted. An arm measured slower than the baseline's median is dropped
+at once, so that learning never strays far from the reference. Once every arm left has
+SAMPLES samples the cell settles on the fastest median, and on the baseline unless an arm
+beats it by MARGIN: closer than that is noise, and the reference has no overhead. A
+comparison that is close (within twice the margin) takes more samples first, up to MOST.
+
+A settled cell costs a dict lookup and a decrement per call. After REVISIT calls it is
+learned again (only the arms that do not lose at once cost anything), the interval
+doubling while the choice holds, back to REVISIT when it changes or when the winner's
+time moves by half (a busy core, a laptop on battery). A change of the thread budget
+(``fastmath.dispatch._config.reload``) starts afresh.
+
+A backend whose library is not imported yet (torch takes 1.5 s) joins a cell only once
+the cell has done DEFER seconds of work: the import then costs the program at most a few
+percent. What is learned is kept in ``learned.json`` beside the calibration file (see
+:func:`path`), one table per machine (CPU model, cores, threads, library and fastmath
+versions), merged across runs and processes, written atomically (a temporary file, then
+a rename). A file that cannot be used (not a regular file, too large, not JSON, nested
+too deeply, wrong types) is ignored with one warning and replaced at the next write.
+
+FASTMATH_AUTO chooses the mode: ``learn`` (the default), ``fixed`` (the calibration file
+or the built-in defaults only, for reproducible timings) or ``off`` (the reference
+always).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import stat
+import threading
+import time
+import warnings
+
+from . import _calibration, _config, _fpe, _log
+
+MODES = ("learn", "fixed", "off")
+FORMAT = 1
+LEARN_FROM = 4096  # elements: below, a call is too short for any backend to win it
+WARMUP = 1  # first calls of each backend, not counted (imports, pools, page faults)...
+HOPELESS = 4.0  # ... unless this many times the baseline's median: dropped at once
+SAMPLES = 5  # per arm before settling
+MOST = 15  # a close comparison settles after this many per arm
+MARGIN = 0.05  # an arm must beat the baseline's median by this much to replace it
+REVISIT, REVISIT_MOST = 1000, 64000  # calls between revisits of a settled cell
+MOVED = 0.5  # a winner whose median moved by this much since it settled: learn afresh
+DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (3% of 1.5 s)
+SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
+MAX_BYTES = 4 << 20
+
+clock = time.perf_counter  # tests put a fake one in its place
+wall = time.time
+
+
+class _State:
+    mode = "learn"
+    on = True  # mode == "learn", read on every call under auto
+
+
+state = _State()
+_lock = threading.RLock()  # choose() reads the store under it
+cells: dict = {}  # key -> Cell
+settled: dict = {}  # key -> Settled: what plan() looks up on every call
+_stored: dict | None = None  # key -> stored record (this machine's), read at first use
+_machine = None
+_dirty = False
+_saved_at = 0.0
+_floors: dict = {}  # function -> size below which the learner has nothing to try
+_watchers: list = []  # called when a floor moves (the front ends' cached sizes)
+
+
+def size_class(size: int) -> int:
+    return size.bit_length() >> 1
+
+
+def class_bounds(c: int):
+    """(first size, first size past) of size class ``c``."""
+    return 1 << max(2 * c - 1, 0), 1 << (2 * c + 1)
+
+
+class Settled:
+    """A cell's choice as plan() reads it: the chain, and calls left before a revisit."""
+
+    __slots__ = ("chain", "left")
+
+    def __init__(self, chain, left):
+        self.chain, self.left = chain, left
+
+
+class Cell:
+    """One cell while it learns, and what it learned."""
+
+    def __init__(self, key, baseline, chains, deferred):
+        self.key, self.baseline = key, baseline
+        self.chains = dict(chains)  # arm -> chain, the baseline first
+        self.deferred = list(deferred)  # arms whose library is not imported yet
+        self.lock = threading.Lock()
+        self.timed: dict = {}
+        self.interval = REVISIT
+        self.work = 0.0  # seconds of calls seen (estimated while settled)
+        self.choice = None
+        self.medians: dict = {}
+        self.samples = 0
+        self.source = "learned here"
+        self.when = None
+        self.seen: dict = {}
+        self._open()
+
+    def _open(self):
+        self.seen = {a: self.seen.get(a, 0) for a in self.chains}  # warm-ups done stay done
+        self.times = {a: [] for a in self.chains}
+        self.dropped: set = set()
+        self.turn = 0
+        self.learning = True
+
+    def live(self):
+        return [a for a in self.chains if a not in self.dropped]
+
+    def pick(self):
+        """The arm the next call runs, in turn among those not dropped."""
+        with self.lock:
+            arms = self.live()
+            arm = arms[self.turn % len(arms)]
+            self.turn += 1
+            return arm
+
+    def record(self, arm, seconds):
+        """One call of ``arm`` took ``seconds``; True once the cell has settled."""
+        with self.lock:
+            if not self.learning or arm not in self.times or arm in self.dropped:
+                return False
+            self.seen[arm] += 1
+            base = self.times[self.baseline]
+            if self.seen[arm] <= WARMUP and arm != self.baseline:
+                # not counted (an import, a pool's start), unless hopeless even so
+                if arm != self.baseline and base and seconds > HOPELESS * _median(base):
+                    self.dropped.add(arm)
+                    return self._decide()
+                return False
+            self.times[arm].append(seconds)
+            self.work += seconds
+            if arm != self.baseline and base and seconds > _median(base):
+                self.dropped.add(arm)  # slower than the reference: not worth another call
+            return self._decide()
+
+    def _decide(self):
+        live = self.live()
+        n = min(len(self.times[a]) for a in live)
+        if n < SAMPLES:
+            return False
+        med = {a: _median(self.times[a]) for a in live}
+        best = min(live, key=med.get)
+        base = med[self.baseline]
+        ratio = base / med[best] if med[best] > 0 else 1.0  # a clock too coarse: a tie
+        if 1 + MARGIN < ratio < 1 + 2 * MARGIN and n < MOST:
+            return False  # close: more samples before noise decides it
+        choice = best if ratio > 1 + MARGIN else self.baseline
+        old, before = self.choice, self.medians.get(self.choice)
+        self.choice, self.learning = choice, False
+        self.medians = {a: _median(t) for a, t in self.times.items() if t}
+        self.samples = n
+        self.source = "learned here"
+        self.when = wall()
+        held = choice == old and before is not None and abs(
+            med[choice] / before - 1) < MOVED
+        self.interval = min(2 * self.interval, REVISIT_MOST) if held else REVISIT
+        return True
+
+    def reopen(self, calls, fresh=False):
+        """Learn again after ``calls`` calls on the choice; ``fresh``: forget the interval."""
+        with self.lock:
+            if self.learning:
+                return
+            self.work += calls * self.medians.get(self.choice, 0.0)
+            if fresh:
+                self.interval = REVISIT
+            self._open()
+
+    def describe(self) -> dict:
+        return {"state": "learning" if self.learning else "settled", "choice": self.choice,
+                "baseline": self.baseline, "medians": dict(self.medians),
+                "samples": self.samples, "source": self.source, "when": self.when,
+                "arms": list(self.chains), "deferred": list(self.deferred)}
+
+
+def _median(v):
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+class Timed:
+    """A kernel whose calls the cell times (only while it learns)."""
+
+    __slots__ = ("kernel", "cell", "arm")
+
+    def __init__(self, kernel, cell, arm):
+        self.kernel, self.cell, self.arm = kernel, cell, arm
+
+    def __call__(self, *args):
+        start = clock()
+        result = self.kernel(*args)
+        if result is not NotImplemented and self.cell.record(self.arm, clock() - start):
+            _settle(self.cell)
+        return result
+
+    @property
+    def any_strides(self):
+        return getattr(self.kernel, "any_strides", False)
+
+    def masked(self, mask):
+        masked = getattr(self.kernel, "masked", None)
+        return None if masked is None else masked(mask)
+
+
+def choose(key, spec, dtype, size, arms):
+    """The chain for this call of cell ``key``, learning as it goes (plan()'s slow path).
+
+    ``arms(spec, dtype)``: (baseline, {arm: chain}, deferred arms), from _selection;
+    ``arms.build(spec, dtype, arm)``: the chain of a deferred arm, once it may join;
+    ``arms.guess(spec, dtype, size)``: (the table's first choice, the table's source).
+    """
+    cell = cells.get(key)
+    if cell is None:
+        with _lock:
+            cell = cells.get(key)
+            if cell is None:
+                baseline, chains, deferred = arms(spec, dtype)
+                cell = Cell(key, baseline, chains, deferred)
+                if _restore(cell) or _calibrated(cell, *arms.guess(spec, dtype, size)):
+                    cells[key] = cell
+                    return _chain_of(cell)
+                cells[key] = cell
+    s = settled.get(key)
+    if s is not None:
+        if s.left > 0:  # another thread's revisit is not due yet
+            return s.chain
+        settled.pop(key, None)
+        cell.reopen(cell.interval)
+        if cell.deferred and cell.work >= DEFER:
+            _admit(cell, spec, dtype, arms)
+    if not cell.learning:  # settled by another thread just now
+        return _chain_of(cell)
+    arm = cell.pick()
+    chain = cell.chains[arm]
+    t = cell.timed.get(arm)
+    if t is None:
+        t = cell.timed[arm] = ((chain[0][0], Timed(chain[0][1], cell, arm)),) + chain[1:]
+    return t
+
+
+def _admit(cell, spec, dtype, arms):
+    """The deferred arms join the cell (their libraries are imported now)."""
+    built = {arm: arms.build(spec, dtype, arm) for arm in cell.deferred}
+    with cell.lock:
+        cell.chains.update((arm, chain) for arm, chain in built.items() if chain)
+        cell.deferred = []
+        cell._open()
+
+
+def _chain_of(cell):
+    return () if cell.choice == "reference" else cell.chains[cell.choice]
+
+
+def _settle(cell):
+    global _dirty
+    old = settled.get(cell.key)
+    best = cell.medians.get(cell.choice)
+    settled[cell.key] = Settled(_chain_of(cell), cell.interval)
+    _dirty = True
+    name, dtype, c, layout = cell.key
+    lo, hi = class_bounds(c)
+    if _log.logger.isEnabledFor(20):
+        others = ", ".join(f"{a} {_us(t)}" for a, t in sorted(cell.medians.items(),
+                                                             key=lambda kv: kv[1]))
+        _log.logger.info("auto learned %s(%s) at %d-%d elements%s: %s (medians of %d "
+                         "calls: %s)", name, dtype, lo, hi - 1,
+                         "" if layout == 0 else ", strided", cell.choice, cell.samples,
+                         others)
+    if old is None and cell.choice == "reference" and lo <= _floors.get(name, LEARN_FROM):
+        _raise_floor(name)
+    if best is not None and cell.when and wall() - _saved_at > SAVE_EVERY:
+        save()
+
+
+def _us(t):
+    return f"{t * 1e6:.1f} us"
+
+
+def _restore(cell) -> bool:
+    """Settle ``cell`` as an earlier run learned it, if its choice can run here now."""
+    rec = stored().get(cell.key)
+    if rec is None or not _runs(cell, rec["choice"]):
+        return False
+    cell.choice, cell.medians = rec["choice"], dict(rec["medians"])
+    cell.samples, cell.when = rec["samples"], rec["when"]
+    cell.source, cell.learning = "learned here in an earlier run", False
+    settled[cell.key] = Settled(_chain_of(cell), REVISIT)
+    if cell.choice == "reference":
+        _raise_floor(cell.key[0])
+    return True
+
+
+def _calibrated(cell, first, source) -> bool:
+    """Settle ``cell`` on a calibration run's choice (not the built-in defaults, which
+    were measured elsewhere): it is revisited like a learned one."""
+    if source == "defaults" or not _runs(cell, first):
+        return False
+    cell.choice, cell.learning, cell.source = first, False, f"calibration run ({source})"
+    settled[cell.key] = Settled(_chain_of(cell), REVISIT)
+    return True
+
+
+def _runs(cell, arm) -> bool:
+    return arm in cell.chains and (arm != "reference" or cell.baseline == "reference")
+
+
+def floor(name: str) -> int:
+    """The size below which calls of ``name`` have nothing to learn (``small_size``)."""
+    return _floors.get(name, LEARN_FROM)
+
+
+def _raise_floor(name):
+    """Lift ``name``'s floor past the classes settled on the reference for every dtype
+    and layout seen there, so that their calls take the front ends' fast path again."""
+    f = floor(name)
+    while True:
+        c = size_class(f)
+        keys = [k for k in settled if k[0] == name and k[2] == c]
+        if not keys or any(settled[k].chain for k in keys):
+            break
+        f = class_bounds(c)[1]
+    if f != floor(name):
+        _floors[name] = f
+        for hook in _watchers:
+            hook()
+
+
+def on_floor(hook) -> None:
+    """Register a callable run when a function's floor moves."""
+    _watchers.append(hook)
+
+
+def describe(name, dtype, size, layout=0):
+    """What is known of the cell of this call: a dict (see Cell.describe), or None."""
+    cell = cells.get((name, dtype, size_class(size), layout))
+    if cell is not None:
+        return cell.describe()
+    rec = stored().get((name, dtype, size_class(size), layout)) if state.on else None
+    if rec is None:
+        return None
+    return {"state": "stored", "choice": rec["choice"], "medians": rec["medians"],
+            "samples": rec["samples"], "source": "learned here in an earlier run",
+            "when": rec["when"], "baseline": None, "arms": [], "deferred": []}
+
+
+# --- the store --------------------------------------------------------------------------
+
+def path():
+    """``learned.json`` beside the calibration file (FASTMATH_CALIBRATION's folder, else
+    ``$XDG_CACHE_HOME/fastmath``)."""
+    return _calibration.user_path().with_name("learned.json")
+
+
+def machine() -> dict:
+    global _machine
+    if _machine is None:
+        _machine = _calibration.machine()
+    return _machine
+
+
+def _key_text(key):
+    return "/".join(map(str, key))
+
+
+def _key_of(text):
+    name, dtype, c, layout = text.split("/")
+    return name, dtype, int(c), int(layout)
+
+
+def _read(p):
+    """The parsed, checked store at ``p``: {"format", "machines": [...]}. Raises
+    FileNotFoundError, or OSError/ValueError for anything unusable."""
+    data = _calibration.load(p)  # a regular file only, capped, finite numbers only
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"not a format-{FORMAT} store of learned choices")
+    machines = data.get("machines")
+    if type(machines) is not list or not all(
+            type(m) is dict and type(m.get("machine")) is dict and type(m.get("cells")) is dict
+            for m in machines):
+        raise ValueError("its list of machines is malformed")
+    for m in machines:
+        for text, rec in m["cells"].items():
+            _check_record(text, rec)
+    return data
+
+
+def _check_record(text, rec):
+    try:
+        _key_of(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a cell") from None
+    if (type(rec) is not dict or type(rec.get("choice")) is not str
+            or type(rec.get("medians")) is not dict
+            or not all(type(k) is str and type(v) is float and 0 < v < math.inf
+                       for k, v in rec["medians"].items())
+            or type(rec.get("samples")) is not int
+            or type(rec.get("when")) not in (int, float)):
+        raise ValueError(f"the record of {text} is malformed")
+
+
+def stored() -> dict:
+    """This machine's records from the store, read once (one warning if unusable)."""
+    global _stored
+    if _stored is None:
+        with _lock:
+            if _stored is None:
+                _stored = _load()
+    return _stored
+
+
+def _load() -> dict:
+    p = path()
+    try:
+        data = _read(p)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RecursionError) as e:
+        _warn(p, e)
+        return {}
+    here = machine()
+    for m in data["machines"]:
+        if m["machine"] == here:
+            return {_key_of(t): r for t, r in m["cells"].items()}
+    return {}
+
+
+def _warn(p, why):
+    warnings.warn(f"fastmath: ignoring the store of learned choices {p}: {why}; auto "
+                  "learns afresh and replaces it", _config.ConfigWarning,
+                  stacklevel=_fpe.user_stacklevel())
+
+
+def records() -> dict:
+    """This machine's records: the store's, updated with what this process settled."""
+    out = dict(stored())
+    for key, cell in list(cells.items()):
+        if cell.choice is not None and cell.when is not None and cell.source == "learned here":
+            out[key] = {"choice": cell.choice, "medians": dict(cell.medians),
+                        "samples": cell.samples, "when": cell.when}
+    return out
+
+
+_save_lock = threading.Lock()
+
+
+def save(p=None) -> bool:
+    """Merge what was learned into the store (newest record of each cell wins), written
+    atomically. Never raises: a store that cannot be written is left as it is."""
+    global _dirty, _saved_at
+    if not _save_lock.acquire(blocking=False):
+        return False  # another thread is writing it
+    try:
+        p = path() if p is None else p
+        _saved_at = wall()
+        mine = records()
+        if not mine:
+            return False
+        try:
+            st = os.stat(p)
+            if not stat.S_ISREG(st.st_mode):
+                return False  # never replace what is not a file of ours
+            data = _read(p)
+        except (OSError, ValueError, RecursionError):
+            data = {"format": FORMAT, "machines": []}
+        here = machine()
+        entry = next((m for m in data["machines"] if m["machine"] == here), None)
+        if entry is None:
+            entry = {"machine": here, "cells": {}}
+            data["machines"].append(entry)
+        for key, rec in mine.items():
+            text = _key_text(key)
+            theirs = entry["cells"].get(text)
+            if theirs is None or theirs["when"] <= rec["when"]:
+                entry["cells"][text] = rec
+        tmp = p.with_name(f"{p.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(data, f, indent=1)
+                f.write("\n")
+            os.replace(tmp, p)
+        except OSError as e:
+            _log.logger.debug("could not write the store of learned choices %s: %s", p, e)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            return False
+        _dirty = False
+        return True
+    finally:
+        _save_lock.release()
+
+
+def _at_exit():
+    if _dirty and state.on:
+        save()
+
+
+def _reset():
+    """Forget everything (a reload: the thread budget may have changed, or the mode)."""
+    global _stored, _machine, _dirty
+    state.mode = _config.get().auto
+    state.on = state.mode == "learn"
+    cells.clear()
+    settled.clear()
+    _floors.clear()
+    _stored, _machine, _dirty = None, None, False
+    for hook in _watchers:
+        hook()
+
+
+def _after_fork_in_child():
+    """The child keeps what was settled; cells learning in another thread of the parent
+    start again (their locks may be held by a thread that is not in this process)."""
+    global _lock, _save_lock
+    _lock, _save_lock = threading.RLock(), threading.Lock()
+    for key, cell in list(cells.items()):
+        cell.lock = threading.Lock()
+        if cell.learning:
+            del cells[key]
+            settled.pop(key, None)
+
+
+state.mode = _config.get().auto
+state.on = state.mode == "learn"
+_config.on_reload(_reset)
+atexit.register(_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

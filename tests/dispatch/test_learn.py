@@ -1,0 +1,473 @@
+"""auto's learning (dispatch/_learn.py): its decisions on a fake clock, its store, its modes."""
+import json
+import os
+import sys
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import fastmath
+from fastmath._registry import BY_NAME
+from fastmath.dispatch import _config, _learn, _selection
+from helpers import FakeClock, assert_same
+
+N = 1 << 16  # a size auto learns at (class 8: 32768-131071 elements)
+
+
+@pytest.fixture
+def learn(tmp_path, monkeypatch):
+    """Learning on, its store in a fresh folder, a fake clock; back to fixed after."""
+    monkeypatch.setenv("FASTMATH_AUTO", "learn")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FASTMATH_CALIBRATION", raising=False)
+    (tmp_path / "fastmath").mkdir()
+    clock = FakeClock()
+    monkeypatch.setattr(_learn, "clock", clock)
+    _config.reload()
+    yield clock
+    monkeypatch.delenv("FASTMATH_AUTO")
+    monkeypatch.undo()
+    _config.reload()
+
+
+class Arms:
+    """Stand-in for _selection.arms: each arm's kernel computes the reference's result
+    and moves the fake clock on by the arm's cost."""
+
+    def __init__(self, clock, costs, baseline="reference", deferred=(), guess="reference",
+                 source="defaults"):
+        self.clock, self.costs, self.baseline = clock, dict(costs), baseline
+        self.deferred, self.ran = list(deferred), []
+        self.guess = lambda spec, dtype, size: (guess, source)
+
+    def kernel(self, arm, spec):
+        ref = spec.reference()
+
+        def k(x, out):
+            self.ran.append(arm)
+            self.clock.advance(self.costs[arm])
+            ref(x, out=out)
+        return k
+
+    def __call__(self, spec, dtype):
+        return self.baseline, {a: ((a, self.kernel(a, spec)),) for a in self.costs
+                               if a not in self.deferred}, self.deferred
+
+    def build(self, spec, dtype, arm):
+        return ((arm, self.kernel(arm, spec)),)
+
+
+def run(arms, calls, name="exp", n=N, dtype="float64"):
+    """``calls`` calls of fastmath.<name> through auto's plan with ``arms``; the last chain."""
+    spec = BY_NAME[name]
+    x = np.linspace(0.1, 1, n).astype(dtype)
+    out = np.empty_like(x)
+    key = (name, dtype, _learn.size_class(n), 0)
+    chain = None
+    for _ in range(calls):
+        s = _learn.settled.get(key)
+        if s is not None:
+            s.left -= 1
+        chain = s.chain if s is not None and s.left > 0 else _learn.choose(key, spec, dtype,
+                                                                           n, arms)
+        if chain:
+            chain[0][1](x, out)
+    return chain
+
+
+def settled_on(name="exp", n=N, dtype="float64"):
+    s = _learn.settled.get((name, dtype, _learn.size_class(n), 0))
+    return None if s is None else (s.chain[0][0] if s.chain else "reference")
+
+
+def test_arms_are_tried_in_turn_and_the_fastest_settles(learn):
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 8e-6, "fast": 4e-6})
+    run(arms, 3)
+    assert arms.ran == ["reference", "numpy", "fast"]  # interleaved, one each
+    run(arms, 3 * (_learn.SAMPLES + _learn.WARMUP))
+    assert settled_on() == "fast"
+    cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
+    assert cell.medians == pytest.approx({"reference": 10e-6, "numpy": 8e-6, "fast": 4e-6})
+    before = len(arms.ran)
+    run(arms, 100)
+    assert set(arms.ran[before:]) == {"fast"}  # settled: no arm is timed any more
+
+
+def test_an_arm_slower_than_the_reference_is_dropped_at_once(learn):
+    arms = Arms(learn, {"reference": 10e-6, "slow": 11e-6, "fast": 5e-6})
+    run(arms, 60)
+    # its warm-up, then one counted call: slower than the reference, never again
+    assert arms.ran.count("slow") == 1 + _learn.WARMUP
+    assert settled_on() == "fast"
+
+
+def test_a_hopeless_warm_up_is_dropped_at_once(learn):
+    arms = Arms(learn, {"reference": 10e-6, "awful": 1e-3})
+    run(arms, 30)
+    assert arms.ran.count("awful") == 1
+    assert settled_on() == "reference"
+
+
+def test_within_the_margin_the_reference_stays(learn):
+    arms = Arms(learn, {"reference": 10e-6, "close": 10e-6 / (1 + _learn.MARGIN / 2)})
+    run(arms, 2 * (_learn.MOST + 1))
+    assert settled_on() == "reference"
+
+
+def test_a_close_win_takes_more_samples_before_it_counts(learn):
+    ratio = 1 + 1.5 * _learn.MARGIN  # beyond the margin, within twice it
+    arms = Arms(learn, {"reference": 10e-6, "better": 10e-6 / ratio})
+    run(arms, 2 * (_learn.SAMPLES + _learn.WARMUP))
+    assert settled_on() is None  # not yet: noise could have made it
+    run(arms, 2 * _learn.MOST)
+    assert settled_on() == "better"
+
+
+def test_noise_cannot_fake_a_winner(learn):
+    """One lucky call of an arm that is really slower does not make it the choice."""
+    arms = Arms(learn, {"reference": 10e-6, "other": 10e-6})
+    calls = iter([1e-6] + [12e-6] * 100)  # its first counted call is lucky
+
+    def kernel(arm, spec, real=arms.kernel):
+        k = real(arm, spec)
+        if arm != "other":
+            return k
+
+        def lucky(x, out):
+            arms.costs["other"] = next(calls)
+            return k(x, out)
+        return lucky
+    arms.kernel = kernel
+    run(arms, 40)
+    assert settled_on() == "reference"
+
+
+def test_a_settled_cell_is_revisited_and_relearns_a_change(learn):
+    arms = Arms(learn, {"reference": 10e-6, "fast": 4e-6})
+    run(arms, 2 * (_learn.SAMPLES + _learn.WARMUP))
+    assert settled_on() == "fast"
+    cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
+    assert cell.interval == _learn.REVISIT
+    arms.costs["fast"] = 20e-6  # the machine changed (a busy core, battery)
+    run(arms, _learn.REVISIT + 2 * _learn.SAMPLES + 4)
+    assert settled_on() == "reference"
+    assert cell.interval == _learn.REVISIT
+
+
+def test_revisits_grow_apart_while_the_choice_holds(learn):
+    arms = Arms(learn, {"reference": 10e-6, "fast": 4e-6})
+    run(arms, 2 * (_learn.SAMPLES + _learn.WARMUP))
+    cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
+    ran = len(arms.ran)
+    run(arms, _learn.REVISIT + 2 * _learn.SAMPLES + 2)
+    assert cell.interval == 2 * _learn.REVISIT and settled_on() == "fast"
+    # the revisit cost a few calls of the reference, not a relearning of everything
+    assert arms.ran[ran:].count("reference") == _learn.SAMPLES
+
+
+def test_an_unimported_library_waits_until_the_work_pays_for_it(learn):
+    arms = Arms(learn, {"reference": 10e-3, "costly": 1e-3}, deferred=["costly"])
+    run(arms, 2 * _learn.SAMPLES)
+    assert "costly" not in arms.ran and settled_on() == "reference"
+    # a revisit once the cell has done DEFER seconds of work admits it
+    calls = 0
+    while "costly" not in arms.ran and calls < 100_000:
+        run(arms, 1000)
+        calls += 1000
+    assert _learn.cells["exp", "float64", _learn.size_class(N), 0].work >= _learn.DEFER
+    assert calls * 10e-3 < 2 * _learn.DEFER + _learn.REVISIT_MOST * 10e-3
+    run(arms, 2 * _learn.SAMPLES + 2)
+    assert settled_on() == "costly"
+
+
+def test_a_calibration_run_is_the_start_and_says_so(learn):
+    arms = Arms(learn, {"reference": 10e-6, "fast": 4e-6}, guess="fast", source="/c.json")
+    run(arms, 5)
+    assert arms.ran == ["fast"] * 5  # no learning until its revisit
+    cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
+    assert cell.source == "calibration run (/c.json)"
+
+
+def test_the_built_in_guess_is_learned_over(learn):
+    arms = Arms(learn, {"reference": 10e-6, "fast": 4e-6}, guess="fast")
+    run(arms, 2)
+    assert arms.ran == ["reference", "fast"]
+
+
+# --- through fastmath's own calls ---------------------------------------------------------
+
+def test_fastmath_calls_learn_and_explain_says_so(learn, monkeypatch):
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 3e-6})
+    monkeypatch.setattr(_selection, "arms", arms)
+    x = np.linspace(0.1, 1, N)
+    assert "not learned yet" in fastmath.explain(np.exp, x).how
+    for _ in range(20):
+        assert_same(fastmath.exp(x), np.exp(x))
+    e = fastmath.explain(np.exp, x)
+    assert e.backend == "numpy" and e.how == "learned here", e
+    assert "measured on this machine" in str(e)
+    assert fastmath.info()["settings"]["learned"]["value"] == str(_learn.path())
+
+
+def test_learning_is_logged_at_info(learn, monkeypatch, caplog):
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 3e-6})
+    monkeypatch.setattr(_selection, "arms", arms)
+    x = np.linspace(0.1, 1, N)
+    with caplog.at_level("INFO", logger="fastmath"):
+        for _ in range(20):
+            fastmath.exp(x)
+    said = [r.getMessage() for r in caplog.records if "auto learned" in r.getMessage()]
+    assert len(said) == 1 and "exp(float64)" in said[0] and ": numpy (" in said[0]
+
+
+def test_a_size_class_learned_as_the_reference_takes_the_fast_path(learn, monkeypatch):
+    arms = Arms(learn, {"reference": 1e-6, "numpy": 3e-6})
+    monkeypatch.setattr(_selection, "arms", arms)
+    x = np.linspace(0.1, 1, _learn.LEARN_FROM)
+    assert _selection.small_size(BY_NAME["exp"]) <= _learn.LEARN_FROM
+    for _ in range(20):
+        fastmath.exp(x)
+    assert settled_on(n=x.size) == "reference"
+    assert _selection.small_size(BY_NAME["exp"]) > x.size
+
+
+def test_modes(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FASTMATH_CALIBRATION", raising=False)
+    spec, x = BY_NAME["erf"], np.linspace(-1, 1, N)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for mode in ("off", "fixed", "learn"):
+                monkeypatch.setenv("FASTMATH_AUTO", mode)
+                _config.reload()
+                chain = _selection.plan(spec, "float64", N)
+                assert_same(fastmath.erf(x), spec.reference()(x), ulps=spec.ulp[1])
+                if mode == "off":  # the reference, at every size
+                    assert chain == () and _selection.small_size(spec) > 1 << 40
+                    assert "FASTMATH_AUTO=off" in fastmath.explain("erf", x).how
+                elif mode == "fixed":  # the table's row, nothing learned
+                    rows = _selection._build("auto", spec, "float64")
+                    row = next(c for m, c in rows if N >= m)
+                    assert [n for n, _ in chain] == [n for n, _ in row]
+                    assert not _learn.cells
+                    assert "guessed" in fastmath.explain("erf", x).how
+                else:
+                    assert _learn.cells
+    finally:
+        monkeypatch.undo()
+        _config.reload()
+
+
+def test_a_bad_mode_warns_once_at_the_users_line():
+    with pytest.warns(_config.ConfigWarning) as caught:
+        cfg = _config.reload({"FASTMATH_AUTO": "sometimes"})
+    try:
+        assert cfg.auto == "learn" and len(caught) == 1
+        message = str(caught[0].message)
+        assert "FASTMATH_AUTO='sometimes'" in message and "learn, fixed, off" in message
+        assert caught[0].filename == __file__
+    finally:
+        _config.reload()
+
+
+# --- the store ------------------------------------------------------------------------------
+
+def test_what_is_learned_is_stored_and_used_by_the_next_run(learn):
+    arms = Arms(learn, {"reference": 10e-6, "fast": 4e-6})
+    run(arms, 20)
+    assert _learn.save()
+    data = json.loads(_learn.path().read_text())
+    assert data["machines"][0]["machine"] == _learn.machine()
+    assert [p.name for p in _learn.path().parent.iterdir()] == ["learned.json"]  # no temp
+    _config.reload()  # a new run, as far as the learner knows
+    arms.ran.clear()
+    run(arms, 5)
+    assert arms.ran == ["fast"] * 5
+    assert _learn.cells["exp", "float64", _learn.size_class(N), 0].source == \
+        "learned here in an earlier run"
+
+
+def test_runs_merge_into_one_store(learn):
+    run(Arms(learn, {"reference": 10e-6, "fast": 4e-6}), 20)
+    _learn.save()
+    _config.reload()  # another process: learns another function
+    run(Arms(learn, {"reference": 10e-6, "numpy": 4e-6}), 20, name="log")
+    _learn.save()
+    cells = json.loads(_learn.path().read_text())["machines"][0]["cells"]
+    assert {k.split("/")[0] for k in cells} == {"exp", "log"}
+
+
+def test_another_machines_records_are_kept_and_not_used(learn):
+    other = {"machine": {"cpu": "elsewhere"}, "cells": {
+        f"exp/float64/{_learn.size_class(N)}/0": {"choice": "fast", "medians": {"fast": 1e-6},
+                                                 "samples": 5, "when": 1.0}}}
+    _learn.path().write_text(json.dumps({"format": 1, "machines": [other]}))
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 4e-6})
+    run(arms, 20)
+    assert arms.ran[:2] == ["reference", "numpy"]  # learned, not taken from elsewhere
+    _learn.save()
+    machines = json.loads(_learn.path().read_text())["machines"]
+    assert other in machines and len(machines) == 2
+
+
+def _nested(p):
+    p.write_text("[" * 100_000 + "]" * 100_000)
+
+
+def _huge(p):
+    with open(p, "w") as f:
+        f.write('{"format": 1, "machines": [], "pad": "')
+        f.write("x" * (9 << 20))
+        f.write('"}')
+
+
+def _fifo(p):
+    os.mkfifo(p)
+
+
+def _unreadable(p):
+    p.write_text('{"format": 1, "machines": []}')
+    p.chmod(0)
+
+
+def _wrong_types(p):
+    p.write_text(json.dumps({"format": 1, "machines": [{"machine": {}, "cells": {
+        "exp/float64/8/0": {"choice": 3, "medians": {}, "samples": 1, "when": 0}}}]}))
+
+
+def _not_json(p):
+    p.write_text('{"format": 1, "machines": [')
+
+
+def _not_finite(p):
+    p.write_text('{"format": 1, "machines": [{"machine": {}, "cells": {"exp/float64/8/0": '
+                 '{"choice": "numpy", "medians": {"numpy": NaN}, "samples": 1, "when": 0}}}]}')
+
+
+def _directory(p):
+    p.mkdir()
+
+
+HOSTILE = [_nested, _huge, _fifo, _unreadable, _wrong_types, _not_json, _not_finite,
+           _directory]
+
+
+@pytest.mark.parametrize("make", HOSTILE, ids=lambda f: f.__name__.strip("_"))
+def test_a_hostile_store_is_ignored_with_one_warning(learn, make):
+    if make is _unreadable and os.geteuid() == 0:
+        pytest.skip("root reads any file")
+    if make is _fifo and not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    learn.tick = 1e-6  # every arm alike: the reference stays
+    p = _learn.path()
+    make(p)
+    x = np.linspace(0.1, 1, N)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(30):  # learning, settling, and a write of the store
+            assert_same(fastmath.exp(x), np.exp(x), ulps=BY_NAME["exp"].ulp[1])
+        _learn.save()
+    said = [w for w in caught if "store of learned choices" in str(w.message)]
+    assert len(said) == len(caught) == 1, [str(w.message) for w in caught]
+    assert _learn.settled  # it learned all the same
+    assert said[0].filename == __file__
+    if make in (_fifo, _directory):
+        assert not p.is_file()  # never replaced what is not a file of ours
+
+
+# --- threads and fork ---------------------------------------------------------------------
+
+def test_sixteen_threads_learning_at_once_get_the_references_results(tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTMATH_AUTO", "learn")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FASTMATH_CALIBRATION", raising=False)
+    _config.reload()
+    rng = np.random.default_rng(0)
+    cases = [(name, BY_NAME[name].sample(n, dt, rng)[0])
+             for name in ("exp", "log", "erf") for dt in ("float32", "float64")
+             for n in (5000, 70_000)]
+    failures = []
+
+    def work(k):
+        try:
+            for i in range(40):
+                name, x = cases[(k + i) % len(cases)]
+                spec = BY_NAME[name]
+                got = getattr(fastmath, name)(x)
+                with np.errstate(all="ignore"):
+                    assert_same(got, spec.reference()(x), ulps=spec.ulp[x.dtype == np.float64])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+        assert not failures, failures[0]
+        assert _learn.cells
+    finally:
+        monkeypatch.undo()
+        _config.reload()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_computes_correctly_and_writes_whole_files(learn, monkeypatch):
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 4e-6})
+    monkeypatch.setattr(_selection, "arms", arms)
+    x = np.linspace(0.1, 1, N)
+    for _ in range(20):
+        fastmath.exp(x)  # settled in the parent
+    fastmath.log(x)  # learning in the parent: the child starts it again
+    cell = _learn.cells["log", "float64", _learn.size_class(N), 0]
+    cell.lock.acquire()  # as if another thread were in it at the fork
+    pid = os.fork()
+    if pid:
+        cell.lock.release()
+    else:  # the child
+        code = 1
+        try:
+            ok = settled_on() == "numpy"
+            for _ in range(20):
+                ok &= bool(np.array_equal(fastmath.exp(x), np.exp(x)))
+                ok &= bool(np.array_equal(fastmath.log(x), np.log(x)))
+            ok &= _learn.save()
+            code = 0 if ok else 3
+        finally:
+            os._exit(code)
+    status = _wait(pid, 60)
+    assert status == 0, "the child failed" if status is not None else "the child hung"
+    data = json.loads(_learn.path().read_text())  # whole, and the child's learning in it
+    assert {k.split("/")[0] for k in data["machines"][0]["cells"]} == {"exp", "log"}
+    assert _learn.save()  # the parent merges its own in
+    assert not [p for p in _learn.path().parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def _wait(pid, seconds):
+    """The child's exit code, or None (and the child killed) if it ran past ``seconds``."""
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
+
+
+def test_import_fastmath_reads_no_store(tmp_path):
+    import subprocess
+
+    code = ("import sys, fastmath, fastmath.dispatch._learn as l; "
+            "assert l._stored is None; print('ok')")
+    env = dict(os.environ, FASTMATH_AUTO="learn", XDG_CACHE_HOME=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
