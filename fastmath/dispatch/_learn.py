@@ -48,6 +48,7 @@ FORMAT = 1
 LEARN_FROM = 4096  # elements: below, a call is too short for any backend to win it
 WARMUP = 1  # first calls of each backend, not counted (imports, pools, page faults)...
 HOPELESS = 4.0  # ... unless this many times the baseline's median: dropped at once
+BEHIND, FAR = 1.5, 3.0  # an arm (the baseline too) this far behind the fastest: dropped
 SAMPLES = 5  # per arm before settling
 MOST = 15  # a close comparison settles after this many per arm
 MARGIN = 0.05  # an arm must beat the baseline's median by this much to replace it
@@ -143,23 +144,49 @@ class Cell:
             if self.seen[arm] <= WARMUP and arm != self.baseline:
                 # not counted (an import, a pool's start), unless hopeless even so
                 if arm != self.baseline and base and seconds > HOPELESS * _median(base):
-                    self.dropped.add(arm)
+                    self._lose((arm,))
                     return self._decide()
                 return False
             self.times[arm].append(seconds)
             self.work += seconds
             if arm != self.baseline and base and seconds > _median(base):
-                self.dropped.add(arm)  # slower than the reference: not worth another call
+                self._lose((arm,))  # slower than the reference: not worth another call
+            self._behind()
             return self._decide()
+
+    def _behind(self):
+        """Drop every arm, the baseline included, whose every call so far took BEHIND times
+        the median of the fastest arm timed twice, or FAR times an arm timed once: no
+        noise closes such a gap, and each further call of it would cost that much."""
+        timed = {a: self.times[a] for a in self.live() if self.times[a]}
+        if len(timed) < 2:
+            return
+        bar = min((BEHIND if len(t) >= 2 else FAR) * _median(t) for t in timed.values())
+        self._lose([a for a, t in timed.items() if min(t) > bar])
+
+    def _lose(self, arms):
+        """Drop ``arms``; the baseline comes back rather than no arm be left."""
+        self.dropped.update(arms)
+        if not self.live():
+            self.dropped.discard(self.baseline)
+
+    def drop(self, arm):
+        """``arm`` declined or failed a call: not tried again until the next revisit."""
+        with self.lock:
+            if self.learning and arm != self.baseline:
+                self._lose((arm,))
+                if self._decide():
+                    return True
+        return False
 
     def _decide(self):
         live = self.live()
         n = min(len(self.times[a]) for a in live)
-        if n < SAMPLES:
+        if n < SAMPLES or not self.times[self.baseline]:
             return False
         med = {a: _median(self.times[a]) for a in live}
         best = min(live, key=med.get)
-        base = med[self.baseline]
+        base = _median(self.times[self.baseline])  # timed once at least, even if dropped
         ratio = base / med[best] if med[best] > 0 else 1.0  # a clock too coarse: a tie
         if 1 + MARGIN < ratio < 1 + 2 * MARGIN and n < MOST:
             return False  # close: more samples before noise decides it
@@ -208,8 +235,16 @@ class Timed:
 
     def __call__(self, *args):
         start = clock()
-        result = self.kernel(*args)
-        if result is not NotImplemented and self.cell.record(self.arm, clock() - start):
+        try:
+            result = self.kernel(*args)
+        except BaseException:
+            if self.cell.drop(self.arm):  # the chain's next kernel takes the call
+                _settle(self.cell)
+            raise
+        if result is NotImplemented:
+            if self.cell.drop(self.arm):  # it cannot take this cell's calls
+                _settle(self.cell)
+        elif self.cell.record(self.arm, clock() - start):
             _settle(self.cell)
         return result
 
@@ -286,8 +321,7 @@ def _settle(cell):
                          "calls: %s)", name, dtype, lo, hi - 1,
                          "" if layout == 0 else ", strided", cell.choice, cell.samples,
                          others)
-    if old is None and cell.choice == "reference" and lo <= _floors.get(name, LEARN_FROM):
-        _raise_floor(name)
+    _move_floor(name)
     if best is not None and cell.when and wall() - _saved_at > SAVE_EVERY:
         save()
 
@@ -305,8 +339,7 @@ def _restore(cell) -> bool:
     cell.samples, cell.when = rec["samples"], rec["when"]
     cell.source, cell.learning = "learned here in an earlier run", False
     settled[cell.key] = Settled(_chain_of(cell), REVISIT)
-    if cell.choice == "reference":
-        _raise_floor(cell.key[0])
+    _move_floor(cell.key[0])
     return True
 
 
@@ -329,16 +362,22 @@ def floor(name: str) -> int:
     return _floors.get(name, LEARN_FROM)
 
 
-def _raise_floor(name):
-    """Lift ``name``'s floor past the classes settled on the reference for every dtype
-    and layout seen there, so that their calls take the front ends' fast path again."""
-    f = floor(name)
-    while True:
-        c = size_class(f)
-        keys = [k for k in settled if k[0] == name and k[2] == c]
-        if not keys or any(settled[k].chain for k in keys):
-            break
-        f = class_bounds(c)[1]
+def _move_floor(name):
+    """Put ``name``'s floor at the smallest size class where a backend runs or learning
+    goes on; where NumPy/SciPy won every class (every dtype and layout) seen so far, past
+    the largest of them. Calls below it take the front ends' fast path: the reference,
+    which the table chose there too (size classes not seen below the floor are not
+    learned, and classes settled on the reference there are not revisited)."""
+    starts, past = [], LEARN_FROM
+    for key, cell in list(cells.items()):
+        if key[0] != name:
+            continue
+        lo, hi = class_bounds(key[2])
+        if cell.learning or cell.choice != "reference":
+            starts.append(lo)
+        else:
+            past = max(past, hi)
+    f = max(LEARN_FROM, min(starts)) if starts else past
     if f != floor(name):
         _floors[name] = f
         for hook in _watchers:

@@ -58,6 +58,10 @@ def add_arguments(p) -> None:
     p.add_argument("--peers", action="store_true",
                    help="time fastmath beside numexpr, torch, mkl_umath, numba and jax, where "
                         "installed, on the peers grid (fastmath/tools/_peers.py)")
+    p.add_argument("--learn", action="store_true",
+                   help="with --peers: the grid auto learns, run twice in one process with "
+                        "no calibration file (warm-up pass, then timed pass; "
+                        "fastmath/tools/_warm.py)")
 
 
 def _input(name, n, dtype, rng):
@@ -383,9 +387,9 @@ def main(args) -> int:
     import fastmath
 
     if getattr(args, "peers", False):
-        from . import _peers
+        from . import _peers, _warm
 
-        return _peers.main(args)
+        return (_warm.main if getattr(args, "learn", False) else _peers.main)(args)
 
     functions = [f for f in args.functions.split(",") if f]
     unknown = set(functions) - set(FUNCTIONS)

@@ -178,7 +178,8 @@ def explain(func, /, *args, **kwargs) -> Explanation:
     mode = _learn.state.mode
     if mode == "off":
         names, how = (), "FASTMATH_AUTO=off: the reference at every size"
-    elif mode == "learn" and size >= _learn.LEARN_FROM:
+    elif mode == "learn" and size >= _learn.LEARN_FROM and spec.kind in (
+            "unary", "binary", "elementwise"):  # reductions' own compiled paths learn nothing
         learned = _learn.describe(spec.name, dtype, size)
         if learned is None:
             how = (f"not learned yet: {how} until this program's first calls of about "

@@ -442,16 +442,28 @@ def add_arguments(p) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="also draw the speeds (needs matplotlib)")
     p.add_argument("--forced", action="store_true",
                    help="also fastmath with each backend chosen, and VML called directly")
+    p.add_argument("--learn", action="store_true",
+                   help="the grid auto learns (10^4..10^7, logsumexp from 10^3), run twice in "
+                        "one process with no calibration file: a warm-up pass, then a timed "
+                        "pass, auto against the fastest forced backend and NumPy/SciPy")
 
 
-def main(args) -> int:
-    """Run the grid ``args`` asks for (``fastmath bench --peers`` or bench/peers.py)."""
+def options(args):
+    """(rounds, functions, seconds per timed sample) from the command line's ``args``;
+    SystemExit naming the valid functions for an unknown one."""
     rounds = getattr(args, "rounds", None) or (3 if getattr(args, "quick", False) else 5)
     functions = [f for f in args.functions.split(",") if f]
     unknown = set(functions) - set(FUNCTIONS) - {"logsumexp"}
     if unknown:
         raise SystemExit(f"unknown function(s) {sorted(unknown)}; choose from "
                          f"{', '.join(FUNCTIONS + ('logsumexp',))}")
+    return rounds, functions, 0.005 if getattr(args, "quick", False) else TARGET
+
+
+def main(args) -> int:
+    """Run the grid ``args`` asks for (``fastmath bench --peers`` or bench/peers.py;
+    with ``--learn``, see _warm.py)."""
+    rounds, functions, target = options(args)
     sizes = tuple(int(float(s)) for s in args.sizes.split(",")) if args.sizes else SIZES
     lse = LSE_CASES if "logsumexp" in functions else ()
     if args.sizes and lse:
@@ -460,8 +472,7 @@ def main(args) -> int:
                       sizes, lse))
     print(f"fastmath bench --peers: median time per call of {rounds} interleaved rounds; "
           f"load average {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    result = run(grid, rounds=rounds, target=0.005 if getattr(args, "quick", False) else TARGET,
-                 forced=getattr(args, "forced", False))
+    result = run(grid, rounds=rounds, target=target, forced=getattr(args, "forced", False))
     for path, write in ((args.json, _write_json), (args.plot, plot)):
         if path:
             write(result, path)
