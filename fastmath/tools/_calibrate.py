@@ -33,7 +33,7 @@ def add_arguments(p) -> None:
                    help="comma-separated element counts (default: 64 to 4M, a factor 4 apart)")
     p.add_argument("--rounds", type=_args.positive_int, default=5,
                    help="timed rounds per cell; the median is kept (default: 5)")
-    p.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
+    p.add_argument("--quick", action="store_true", help="fewer sizes")
     p.add_argument("--output", metavar="FILE", default=None,
                    help="where to write (default: FASTMATH_CALIBRATION, else the cache dir)")
 
@@ -60,7 +60,9 @@ class Progress:
 
 
 def measure(functions, dtypes, sizes, backends, rounds, progress=None) -> dict:
-    """{name: {dtype: {"sizes": [...], "times": {column: [seconds per call]}}}}."""
+    """{name: {dtype: {"sizes": [...], "times": {column: [seconds per call]},
+    "confidence": [...]}}}: medians of interleaved rounds, and at each size the share of
+    rounds the chosen column beat the fastest other (see :func:`confidence`)."""
     rng = np.random.default_rng(0)
     table: dict = {}
     with np.errstate(all="ignore"):
@@ -69,15 +71,40 @@ def measure(functions, dtypes, sizes, backends, rounds, progress=None) -> dict:
             columns = ["reference"] + [b for b in backends if _bench.runs(name, b)]
             for dtype in dtypes:
                 times = {c: [] for c in columns}
+                rounds_at = []
                 for n in sizes:
                     arg = _bench._input(name, n, dtype, rng)
-                    for col, t in _bench.measure(name, arg, {}, columns, rounds,
-                                                 TARGET).items():
-                        times[col].append(t)
+                    samples = _bench.timed_rounds(name, arg, {}, columns, rounds, TARGET)
+                    for col, v in samples.items():
+                        times[col].append(float(np.median(v)))
+                    rounds_at.append(samples)
                     if progress is not None:
                         progress.step(f"{name} {dtype} n={n}")
-                table.setdefault(name, {})[dtype] = {"sizes": list(sizes), "times": times}
+                cell = {"sizes": list(sizes), "times": times}
+                cell["confidence"] = confidence(cell, rounds_at)
+                table.setdefault(name, {})[dtype] = cell
     return table
+
+
+def confidence(cell, rounds_at) -> list:
+    """At each grid size, [the column ``auto`` runs first there, the fastest other column,
+    their ratio of medians, the share of rounds the first beat the other]. Where the two
+    are within the table's margin (10%) either choice costs little; beyond it a share
+    well below 1 says the rounds disagreed (a busy machine: run it again, or with more
+    ``--rounds``)."""
+    rows = _calibration.derive(cell["sizes"], cell["times"])
+    out = []
+    for i, n in enumerate(cell["sizes"]):
+        names = next((b for m, b in reversed(rows) if n >= m), ())
+        first = names[0] if names else "reference"
+        times = {c: t[i] for c, t in cell["times"].items()}
+        other = min((c for c in times if c != first), key=times.get, default=None)
+        if other is None:
+            out.append([first, None, 1.0, 1.0])
+            continue
+        won = [a < b for a, b in zip(rounds_at[i][first], rounds_at[i][other])]
+        out.append([first, other, times[other] / times[first], sum(won) / max(len(won), 1)])
+    return out
 
 
 def calibrate(functions=_bench.FUNCTIONS, dtypes=DTYPES, sizes=SIZES, rounds=5, path=None,
@@ -137,7 +164,7 @@ def main(args) -> int:
     functions = _args.functions(_bench.FUNCTIONS)(args.functions)
     dtypes = [d for d in args.dtypes.split(",") if d]
     sizes = (_args.sizes(args.sizes) if args.sizes else QUICK_SIZES if args.quick else SIZES)
-    rounds = min(args.rounds, 3) if args.quick else args.rounds
+    rounds = args.rounds  # --quick: fewer sizes, as many rounds (3 made noisy tables)
     path = Path(args.output) if args.output else _calibration.user_path()
     try:  # an unwritable destination is found before minutes of measuring, not after
         path, data = calibrate(functions, dtypes, sizes, rounds, path)
@@ -150,5 +177,17 @@ def main(args) -> int:
             cell = data["table"][name][dtype]
             rows = ", ".join(f">={n}: {'/'.join(b) or 'reference'}"
                              for n, b in _calibration.derive(cell["sizes"], cell["times"]))
-            print(f"  {name:<10}{dtype:<8}{rows or 'reference at every size'}")
+            print(f"  {name:<10}{dtype:<8}{rows or 'reference at every size'}"
+                  f"  [{_confidence_line(cell)}]")
+    print("confidence: at the sizes where the choice beat the next column by more than "
+          f"{_calibration.MARGIN:.0%}, the fewest of the rounds it won (1.00: all of them)")
     return 0
+
+
+def _confidence_line(cell) -> str:
+    clear = [(share, n) for (first, other, ratio, share), n
+             in zip(cell["confidence"], cell["sizes"]) if ratio > 1 + _calibration.MARGIN]
+    if not clear:
+        return "every choice within the margin"
+    share, n = min(clear)
+    return f"confidence {share:.2f}" + (f" (n={n})" if share < 1 else "")
