@@ -6,6 +6,8 @@ import pytest
 # auto's choices from the fixed table: what a test expects auto to run must not depend on
 # the machine's timings (tests/dispatch/test_learn.py turns learning on where it tests it)
 os.environ.setdefault("FASTMATH_AUTO", "fixed")
+# and what a subprocess of a test learns or calibrates never lands in the user's cache
+os.environ["XDG_CACHE_HOME"] = __import__("tempfile").mkdtemp(prefix="fastmath-tests-")
 
 import fastmath  # noqa: E402
 from helpers import DRAWN
