@@ -49,7 +49,10 @@ LEARN_FROM = 4096  # elements: below, a call is too short for any backend to win
 WARMUP = 1  # first calls of each backend, not counted (imports, pools, page faults)...
 HOPELESS = 4.0  # ... unless this many times the baseline's median: dropped at once
 BEHIND, FAR = 1.5, 3.0  # an arm (the baseline too) this far behind the fastest: dropped
-SAMPLES = 5  # per arm before settling
+SAMPLES = 5  # per arm before settling...
+LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG seconds
+# (a scheduler's hiccup is small beside such a call, and each extra call of a slower
+# arm costs milliseconds)
 MOST = 15  # a close comparison settles after this many per arm
 MARGIN = 0.05  # an arm must beat the baseline's median by this much to replace it
 REVISIT, REVISIT_MOST = 1000, 64000  # calls between revisits of a settled cell
@@ -182,7 +185,8 @@ class Cell:
     def _decide(self):
         live = self.live()
         n = min(len(self.times[a]) for a in live)
-        if n < SAMPLES or not self.times[self.baseline]:
+        base_times = self.times[self.baseline]
+        if not base_times or n < (SAMPLES if _median(base_times) < LONG else LONG_SAMPLES):
             return False
         med = {a: _median(self.times[a]) for a in live}
         best = min(live, key=med.get)

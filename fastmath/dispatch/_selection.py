@@ -421,7 +421,9 @@ def small_size(spec) -> int:
     if _learn_state.mode == "off":
         return 1 << 62
     table = _calibration.smallest(spec.name)
-    return min(table, _learn.floor(spec.name)) if _learn_state.on else table
+    if not _learn_state.on or table < _LEARN_FROM:
+        return table  # (the table decides below the sizes auto learns)
+    return _learn.floor(spec.name)
 
 
 def on_small_changed(hook) -> None:

@@ -111,6 +111,13 @@ def test_an_arm_far_behind_the_leader_is_dropped_the_reference_too(learn):
     assert arms.ran.count("reference") <= 4 and arms.ran.count("numpy") <= 4
 
 
+def test_long_calls_settle_on_fewer_samples(learn):
+    arms = Arms(learn, {"reference": 2e-3, "fast": 1.6e-3})
+    run(arms, 2 * (_learn.LONG_SAMPLES + _learn.WARMUP))
+    assert settled_on() == "fast"
+    assert arms.ran.count("fast") == _learn.LONG_SAMPLES + _learn.WARMUP
+
+
 def test_a_hopeless_warm_up_is_dropped_at_once(learn):
     arms = Arms(learn, {"reference": 10e-6, "awful": 1e-3})
     run(arms, 30)
