@@ -46,9 +46,10 @@ from . import _calibration, _config, _fpe, _log
 MODES = ("learn", "fixed", "off")
 FORMAT = 1
 LEARN_FROM = 4096  # elements: below, a call is too short for any backend to win it
-WARMUP = 1  # first calls of each backend, not counted (imports, pools, page faults)...
+# A backend's first call in the process is a warm-up, not counted (imports, pools)...
 HOPELESS = 4.0  # ... unless this many times the baseline's median: dropped at once
 BEHIND, FAR = 1.5, 3.0  # an arm (the baseline too) this far behind the fastest: dropped
+NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried at first
 SAMPLES = 5  # per arm before settling...
 LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG seconds
 # (a scheduler's hiccup is small beside such a call, and each extra call of a slower
@@ -59,7 +60,6 @@ REVISIT, REVISIT_MOST = 1000, 64000  # calls between revisits of a settled cell
 MOVED = 0.5  # a winner whose median moved by this much since it settled: learn afresh
 DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (3% of 1.5 s)
 SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
-MAX_BYTES = 4 << 20
 
 clock = time.perf_counter  # tests put a fake one in its place
 wall = time.time
@@ -79,6 +79,7 @@ _machine = None
 _dirty = False
 _saved_at = 0.0
 _floors: dict = {}  # function -> size below which the learner has nothing to try
+_warmed: set = set()  # backends whose first call in this process (the warm-up) is done
 _watchers: list = []  # called when a floor moves (the front ends' cached sizes)
 
 
@@ -116,13 +117,11 @@ class Cell:
         self.samples = 0
         self.source = "learned here"
         self.when = None
-        self.seen: dict = {}
         self._open()
 
-    def _open(self):
-        self.seen = {a: self.seen.get(a, 0) for a in self.chains}  # warm-ups done stay done
+    def _open(self, skip=()):
         self.times = {a: [] for a in self.chains}
-        self.dropped: set = set()
+        self.dropped: set = set(skip)
         self.turn = 0
         self.learning = True
 
@@ -142,11 +141,11 @@ class Cell:
         with self.lock:
             if not self.learning or arm not in self.times or arm in self.dropped:
                 return False
-            self.seen[arm] += 1
             base = self.times[self.baseline]
-            if self.seen[arm] <= WARMUP and arm != self.baseline:
+            if arm not in _warmed and arm != self.baseline:
+                _warmed.add(arm)
                 # not counted (an import, a pool's start), unless hopeless even so
-                if arm != self.baseline and base and seconds > HOPELESS * _median(base):
+                if base and seconds > HOPELESS * _median(base):
                     self._lose((arm,))
                     return self._decide()
                 return False
@@ -278,6 +277,7 @@ def choose(key, spec, dtype, size, arms):
                 if _restore(cell) or _calibrated(cell, *arms.guess(spec, dtype, size)):
                     cells[key] = cell
                     return _chain_of(cell)
+                cell.dropped.update(_lost_nearby(key, cell))
                 cells[key] = cell
     s = settled.get(key)
     if s is not None:
@@ -297,6 +297,23 @@ def choose(key, spec, dtype, size, arms):
     return t
 
 
+def _lost_nearby(key, cell):
+    """The arms that lost by NEARBY times to the winner in the nearest settled size class
+    of the same function, dtype and layout (at most two classes away): not tried here
+    until the first revisit, which tries every arm."""
+    name, dtype, c, layout = key
+    near = [k for k, other in list(cells.items()) if k[:2] == key[:2] and k[3] == layout
+            and abs(k[2] - c) <= 2 and not other.learning and other.medians]
+    if not near:
+        return ()
+    other = cells[min(near, key=lambda k: abs(k[2] - c))]
+    best = other.medians.get(other.choice)
+    if not best:
+        return ()
+    return [a for a, t in other.medians.items()
+            if a in cell.chains and a != cell.baseline and t > NEARBY * best]
+
+
 def _admit(cell, spec, dtype, arms):
     """The deferred arms join the cell (their libraries are imported now)."""
     built = {arm: arms.build(spec, dtype, arm) for arm in cell.deferred}
@@ -312,7 +329,6 @@ def _chain_of(cell):
 
 def _settle(cell):
     global _dirty
-    old = settled.get(cell.key)
     best = cell.medians.get(cell.choice)
     settled[cell.key] = Settled(_chain_of(cell), cell.interval)
     _dirty = True
@@ -472,6 +488,8 @@ def stored() -> dict:
 
 
 def _load() -> dict:
+    global _saved_at
+    _saved_at = wall()  # the first write at exit, or a minute from now
     p = path()
     try:
         data = _read(p)
@@ -568,6 +586,7 @@ def _reset():
     cells.clear()
     settled.clear()
     _floors.clear()
+    _warmed.clear()
     _stored, _machine, _dirty = None, None, False
     for hook in _watchers:
         hook()

@@ -14,6 +14,7 @@ from fastmath.dispatch import _config, _learn, _selection
 from helpers import FakeClock, assert_same
 
 N = 1 << 16  # a size auto learns at (class 8: 32768-131071 elements)
+WARMUP = 1  # a backend's first call in the process is not counted
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def test_arms_are_tried_in_turn_and_the_fastest_settles(learn):
     arms = Arms(learn, {"reference": 10e-6, "numpy": 8e-6, "fast": 4e-6})
     run(arms, 3)
     assert arms.ran == ["reference", "numpy", "fast"]  # interleaved, one each
-    run(arms, 3 * (_learn.SAMPLES + _learn.WARMUP))
+    run(arms, 3 * (_learn.SAMPLES + WARMUP))
     assert settled_on() == "fast"
     cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
     assert cell.medians == pytest.approx({"reference": 10e-6, "numpy": 8e-6, "fast": 4e-6})
@@ -99,7 +100,7 @@ def test_an_arm_slower_than_the_reference_is_dropped_at_once(learn):
     arms = Arms(learn, {"reference": 10e-6, "slow": 11e-6, "fast": 5e-6})
     run(arms, 60)
     # its warm-up, then one counted call: slower than the reference, never again
-    assert arms.ran.count("slow") == 1 + _learn.WARMUP
+    assert arms.ran.count("slow") == 1 + WARMUP
     assert settled_on() == "fast"
 
 
@@ -111,11 +112,24 @@ def test_an_arm_far_behind_the_leader_is_dropped_the_reference_too(learn):
     assert arms.ran.count("reference") <= 4 and arms.ran.count("numpy") <= 4
 
 
+def test_the_nearest_class_learned_prunes_and_warm_ups_are_once_per_backend(learn):
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 4e-6, "loser": 9e-6})
+    run(arms, 40)
+    assert settled_on() == "numpy" and arms.ran.count("loser") > 1
+    arms.ran.clear()
+    big = 1 << 18  # two classes up
+    # no warm-up this time (the first call of each backend counts), and the reference
+    # far behind after two calls of numpy
+    run(arms, _learn.SAMPLES + 2, n=big)
+    assert "loser" not in arms.ran  # 2.25x behind in the nearest class learned
+    assert settled_on(n=big) == "numpy" and arms.ran.count("numpy") == _learn.SAMPLES
+
+
 def test_long_calls_settle_on_fewer_samples(learn):
     arms = Arms(learn, {"reference": 2e-3, "fast": 1.6e-3})
-    run(arms, 2 * (_learn.LONG_SAMPLES + _learn.WARMUP))
+    run(arms, 2 * (_learn.LONG_SAMPLES + WARMUP))
     assert settled_on() == "fast"
-    assert arms.ran.count("fast") == _learn.LONG_SAMPLES + _learn.WARMUP
+    assert arms.ran.count("fast") == _learn.LONG_SAMPLES + WARMUP
 
 
 def test_a_hopeless_warm_up_is_dropped_at_once(learn):
@@ -155,7 +169,7 @@ def test_within_the_margin_the_reference_stays(learn):
 def test_a_close_win_takes_more_samples_before_it_counts(learn):
     ratio = 1 + 1.5 * _learn.MARGIN  # beyond the margin, within twice it
     arms = Arms(learn, {"reference": 10e-6, "better": 10e-6 / ratio})
-    run(arms, 2 * (_learn.SAMPLES + _learn.WARMUP))
+    run(arms, 2 * (_learn.SAMPLES + WARMUP))
     assert settled_on() is None  # not yet: noise could have made it
     run(arms, 2 * _learn.MOST)
     assert settled_on() == "better"
@@ -182,7 +196,7 @@ def test_noise_cannot_fake_a_winner(learn):
 
 def test_a_settled_cell_is_revisited_and_relearns_a_change(learn):
     arms = Arms(learn, {"reference": 10e-6, "fast": 4e-6})
-    run(arms, 2 * (_learn.SAMPLES + _learn.WARMUP))
+    run(arms, 2 * (_learn.SAMPLES + WARMUP))
     assert settled_on() == "fast"
     cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
     assert cell.interval == _learn.REVISIT
@@ -194,7 +208,7 @@ def test_a_settled_cell_is_revisited_and_relearns_a_change(learn):
 
 def test_revisits_grow_apart_while_the_choice_holds(learn):
     arms = Arms(learn, {"reference": 10e-6, "fast": 4e-6})
-    run(arms, 2 * (_learn.SAMPLES + _learn.WARMUP))
+    run(arms, 2 * (_learn.SAMPLES + WARMUP))
     cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
     ran = len(arms.ran)
     run(arms, _learn.REVISIT + 2 * _learn.SAMPLES + 2)
