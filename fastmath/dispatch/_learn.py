@@ -44,6 +44,7 @@ import warnings
 from . import _calibration, _config, _fpe, _log
 
 MODES = ("learn", "fixed", "off")
+DTYPES = ("float32", "float64")  # what auto learns for: the ULP bounds are for these
 FORMAT = 1
 LEARN_FROM = 4096  # elements: below, a call is too short for any backend to win it
 # A backend's first call in the process is a warm-up, not counted (imports, pools)...
@@ -383,21 +384,24 @@ def floor(name: str) -> int:
 
 
 def _move_floor(name):
-    """Put ``name``'s floor at the smallest size class where a backend runs or learning
-    goes on; where NumPy/SciPy won every class (every dtype and layout) seen so far, past
-    the largest of them. Calls below it take the front ends' fast path: the reference,
-    which the table chose there too (size classes not seen below the floor are not
-    learned, and classes settled on the reference there are not revisited)."""
-    starts, past = [], LEARN_FROM
+    """Put ``name``'s floor past the largest size class where NumPy/SciPy won for both
+    dtypes (contiguous), but not above the smallest where a backend runs or learning goes
+    on. Calls below it take the front ends' fast path, which serves every dtype: the
+    reference, as the table has it there too (size classes below the floor that no call
+    met are not learned, and those settled on the reference are not revisited)."""
+    starts, done = [], {}
     for key, cell in list(cells.items()):
         if key[0] != name:
             continue
-        lo, hi = class_bounds(key[2])
         if cell.learning or cell.choice != "reference":
-            starts.append(lo)
-        else:
-            past = max(past, hi)
-    f = max(LEARN_FROM, min(starts)) if starts else past
+            starts.append(class_bounds(key[2])[0])
+        elif key[3] == 0:
+            done.setdefault(key[2], set()).add(key[1])
+    # a class is the reference's for the fast path once both dtypes learned it so
+    past = [class_bounds(c)[1] for c, dts in done.items() if dts >= set(DTYPES)]
+    f = max(past, default=LEARN_FROM)
+    if starts:
+        f = max(LEARN_FROM, min(starts + [f]))
     if f != floor(name):
         _floors[name] = f
         for hook in _watchers:

@@ -402,7 +402,7 @@ def plan(spec, dtype, size: int, layout: int = 0):
         _log.plan_built(spec, sel, dtype, p)
     if sel != "auto":
         return p
-    if size >= _LEARN_FROM and _learn_state.on:
+    if size >= _LEARN_FROM and _learn_state.on and dtype in _LEARNED:
         key = (spec.name, dtype, size.bit_length() >> 1, layout)
         s = _settled.get(key)
         if s is not None:
@@ -433,6 +433,7 @@ def on_small_changed(hook) -> None:
 
 
 _LEARN_FROM = _learn.LEARN_FROM
+_LEARNED = _learn.DTYPES
 _learn_state = _learn.state
 _settled = _learn.settled
 

@@ -181,9 +181,15 @@ def explain(func, /, *args, **kwargs) -> Explanation:
     elif mode == "learn" and size >= _learn.LEARN_FROM and spec.kind in (
             "unary", "binary", "elementwise"):  # reductions' own compiled paths learn nothing
         learned = _learn.describe(spec.name, dtype, size)
-        if learned is None:
+        floor = _learn.floor(spec.name)
+        if learned is None and size < floor and dtype in _learn.DTYPES:
+            names, how = (), (f"NumPy/SciPy won every size class learned for "
+                              f"{spec.name} up to {_elements(floor)}: calls below that "
+                              "take it directly")
+        elif learned is None:
             how = (f"not learned yet: {how} until this program's first calls of about "
-                   f"{_elements(size)} ({dtype}) measure it")
+                   f"{_elements(size)} ({dtype}) measure it" if dtype in _learn.DTYPES
+                   else how)
         elif learned["state"] == "learning":
             how = f"learning now, {how} meanwhile"
         else:

@@ -280,7 +280,18 @@ def test_a_size_class_learned_as_the_reference_takes_the_fast_path(learn, monkey
     for _ in range(20):
         fastmath.exp(x)
     assert settled_on(n=x.size) == "reference"
+    # the fast path serves every dtype: float32 must have learned it too
+    assert _selection.small_size(BY_NAME["exp"]) <= x.size
+    for _ in range(20):
+        fastmath.exp(x.astype(np.float32))
     assert _selection.small_size(BY_NAME["exp"]) > x.size
+
+
+def test_only_the_dtypes_with_ulp_bounds_are_learned(learn):
+    x = np.linspace(0.1, 1, N).astype(np.float16)
+    for _ in range(5):
+        fastmath.exp(x)
+    assert not _learn.cells
 
 
 def test_modes(tmp_path, monkeypatch):
