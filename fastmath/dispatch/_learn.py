@@ -361,6 +361,7 @@ def _restore(cell) -> bool:
     cell.source, cell.learning = "learned here in an earlier run", False
     settled[cell.key] = Settled(_chain_of(cell), REVISIT)
     _move_floor(cell.key[0])
+    _say("starts", cell)
     return True
 
 
@@ -371,7 +372,15 @@ def _calibrated(cell, first, source) -> bool:
         return False
     cell.choice, cell.learning, cell.source = first, False, f"calibration run ({source})"
     settled[cell.key] = Settled(_chain_of(cell), REVISIT)
+    _say("starts", cell)
     return True
+
+
+def _say(what, cell):
+    name, dtype, c, layout = cell.key
+    lo, hi = class_bounds(c)
+    _log.logger.info("auto %s %s(%s) at %d-%d elements%s on %s (%s)", what, name, dtype,
+                     lo, hi - 1, "" if layout == 0 else ", strided", cell.choice, cell.source)
 
 
 def _runs(cell, arm) -> bool:

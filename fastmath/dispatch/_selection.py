@@ -360,6 +360,14 @@ def _build(sel, spec, dtype):
                           and _sound(n, spec, dtype, k, False)) if names else ()
             chain = _auto_chain(chain, spec, dtype)
             rows.append((min_size, chain))
+        if rows:
+            e = _calibration.entry(spec.name, dtype)
+            _log.logger.info(
+                "auto's table for %s(%s): %s%s", spec.name, dtype,
+                "guessed (the built-in defaults, measured on another machine)"
+                if e.source == "defaults" else f"from a calibration run ({e.source})",
+                f"; learned on this program's calls from {_LEARN_FROM} elements"
+                if _learn_state.on and dtype in _LEARNED else "")
         return tuple(reversed(rows))
     chain = []
     why = backends.why_unavailable(sel)

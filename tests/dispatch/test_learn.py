@@ -232,9 +232,12 @@ def test_an_unimported_library_waits_until_the_work_pays_for_it(learn):
     assert settled_on() == "costly"
 
 
-def test_a_calibration_run_is_the_start_and_says_so(learn):
+def test_a_calibration_run_is_the_start_and_says_so(learn, caplog):
     arms = Arms(learn, {"reference": 10e-6, "fast": 4e-6}, guess="fast", source="/c.json")
-    run(arms, 5)
+    with caplog.at_level("INFO", logger="fastmath"):
+        run(arms, 5)
+    assert [r.getMessage() for r in caplog.records] == [
+        "auto starts exp(float64) at 32768-131071 elements on fast (calibration run (/c.json))"]
     assert arms.ran == ["fast"] * 5  # no learning until its revisit
     cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
     assert cell.source == "calibration run (/c.json)"
@@ -270,6 +273,9 @@ def test_learning_is_logged_at_info(learn, monkeypatch, caplog):
             fastmath.exp(x)
     said = [r.getMessage() for r in caplog.records if "auto learned" in r.getMessage()]
     assert len(said) == 1 and "exp(float64)" in said[0] and ": numpy (" in said[0]
+    table = [r.getMessage() for r in caplog.records if "auto's table" in r.getMessage()]
+    assert table == ["auto's table for exp(float64): guessed (the built-in defaults, measured "
+                     "on another machine); learned on this program's calls from 4096 elements"]
 
 
 def test_a_size_class_learned_as_the_reference_takes_the_fast_path(learn, monkeypatch):
