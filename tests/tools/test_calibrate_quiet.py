@@ -35,3 +35,15 @@ def test_column_after_torch_starts_when_its_threads_are_quiet(monkeypatch):
     _calibrate.measure(["erf"], ["float32"], [10**5], ["torch-cpu", "numpy"], rounds=3)
     rounds = len(events) // 4
     assert rounds >= 3 and events == ["auto", "torch-cpu", "quiet", "numpy"] * rounds, events
+
+
+def test_confidence_is_the_share_of_rounds_the_choice_won():
+    cell = {"sizes": [1000, 100000],
+            "times": {"reference": [1.0, 10.0], "mkl": [2.0, 4.0], "torch-cpu": [3.0, 5.0]}}
+    rounds = [{"reference": [1.0, 1.1, 0.9], "mkl": [2.0, 2.1, 1.9], "torch-cpu": [3] * 3},
+              {"reference": [10.0] * 3, "mkl": [4.0, 6.0, 4.0], "torch-cpu": [5.0] * 3}]
+    conf = _calibrate.confidence(cell, rounds)
+    assert conf[0] == ["reference", "mkl", 2.0, 1.0]
+    assert conf[1][:3] == ["mkl", "torch-cpu", 1.25] and conf[1][3] == pytest.approx(2 / 3)
+    cell["confidence"] = conf
+    assert _calibrate._confidence_line(cell) == "confidence 0.67 (n=100000)"
