@@ -393,22 +393,28 @@ def floor(name: str) -> int:
 
 
 def _move_floor(name):
-    """Put ``name``'s floor past the largest size class where NumPy/SciPy won for both
-    dtypes (contiguous), but not above the smallest where a backend runs or learning goes
-    on. Calls below it take the front ends' fast path, which serves every dtype: the
-    reference, as the table has it there too (size classes below the floor that no call
-    met are not learned, and those settled on the reference are not revisited)."""
-    starts, done = [], {}
+    """Put ``name``'s floor past the largest size class where NumPy/SciPy won for every
+    dtype met (contiguous), but not above the smallest where a backend runs, learning
+    goes on, or the table runs a backend for a dtype not met yet. Calls below it take the
+    front ends' fast path, which serves every dtype: the reference (size classes below
+    the floor that no call met are not learned, and those settled on the reference are
+    not revisited)."""
+    starts, done, seen = [], {}, set()
     for key, cell in list(cells.items()):
         if key[0] != name:
             continue
+        seen.add(key[1])
         if cell.learning or cell.choice != "reference":
             starts.append(class_bounds(key[2])[0])
         elif key[3] == 0:
             done.setdefault(key[2], set()).add(key[1])
-    # a class is the reference's for the fast path once both dtypes learned it so
-    past = [class_bounds(c)[1] for c, dts in done.items() if dts >= set(DTYPES)]
-    f = max(past, default=LEARN_FROM)
+    # a class is the reference's for the fast path once every dtype met learned it so...
+    f = max((class_bounds(c)[1] for c, dts in done.items() if dts >= seen),
+            default=LEARN_FROM)
+    # ... and a dtype not met yet keeps the table's first backend row for itself
+    for dtype in set(DTYPES) - seen:
+        e = _calibration.entry(name, dtype)
+        starts += [n for n, names in (e.rows if e is not None else ()) if names][:1]
     if starts:
         f = max(LEARN_FROM, min(starts + [f]))
     if f != floor(name):

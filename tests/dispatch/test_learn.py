@@ -10,7 +10,7 @@ import pytest
 
 import fastmath
 from fastmath._registry import BY_NAME
-from fastmath.dispatch import _config, _learn, _selection
+from fastmath.dispatch import _calibration, _config, _learn, _selection
 from helpers import FakeClock, assert_same
 
 N = 1 << 16  # a size auto learns at (class 8: 32768-131071 elements)
@@ -286,11 +286,14 @@ def test_a_size_class_learned_as_the_reference_takes_the_fast_path(learn, monkey
     for _ in range(20):
         fastmath.exp(x)
     assert settled_on(n=x.size) == "reference"
-    # the fast path serves every dtype: float32 must have learned it too
-    assert _selection.small_size(BY_NAME["exp"]) <= x.size
-    for _ in range(20):
-        fastmath.exp(x.astype(np.float32))
     assert _selection.small_size(BY_NAME["exp"]) > x.size
+    # not above where the table runs a backend for a dtype not met yet (float32's numpy
+    # from 262144 elements), even after float64 learned the reference far beyond it
+    table = _calibration.entry("exp", "float32").rows[0][0]
+    for n in (1 << 18, 1 << 20):
+        for _ in range(20):
+            fastmath.exp(np.linspace(0.1, 1, n))
+    assert _selection.small_size(BY_NAME["exp"]) == table
 
 
 def test_only_the_dtypes_with_ulp_bounds_are_learned(learn):
