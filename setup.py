@@ -1,10 +1,11 @@
-"""Build steps pyproject.toml cannot declare: the optional C extensions fastmath.integrations._loops (the
-loop mode of fastmath.patch) and fastmath.backends._lse_kernel (logsumexp of small arrays), and
-the FASTMATH_PATCH start-up hook.
+"""Build steps pyproject.toml cannot declare: the optional C extensions, each in the layer it
+serves (the native runtime fastmath.dispatch._runtime, the ufuncs' fast path
+fastmath.frontends._hot, the loop mode's fastmath.integrations._loops, logsumexp's
+fastmath.backends._lse_kernel), and the FASTMATH_PATCH start-up hook.
 
 The extensions are optional: without a C compiler (or NumPy's headers) the package installs
 all the same, ``fastmath.patch(mode="loops")`` says why the mode is unavailable, and
-logsumexp takes its Python path.
+the rest takes its Python path.
 ``fastmath-startup.pth`` must sit in site-packages itself (Python's site module reads .pth
 files only there), for ordinary and for editable installs alike.
 """
@@ -89,11 +90,13 @@ setup(
                  _Extension("fastmath.dispatch._runtime", ["fastmath/dispatch/_runtime.c"],
                             depends=_RUNTIME_HEADERS, optional=True,
                             extra_compile_args=["-O3", "-std=c11"]),
-                 # _hot.c: the ufuncs' fast path in C (fastmath/frontends/_ufunc.py uses it when built)
-                 _Extension("fastmath.integrations._loops", ["fastmath/integrations/_loops.c",
-                                                             "fastmath/frontends/_hot.c"],
+                 # the loop mode's trampolines (fastmath/integrations/_loops.c)
+                 _Extension("fastmath.integrations._loops", ["fastmath/integrations/_loops.c"],
                             depends=_RUNTIME_HEADERS, optional=True,
                             extra_compile_args=["-O2", "-std=c11"]),
+                 # the ufuncs' fast path in C (fastmath/frontends/_ufunc.py uses it when built)
+                 _Extension("fastmath.frontends._hot", ["fastmath/frontends/_hot.c"],
+                            optional=True, extra_compile_args=["-O2", "-std=c11"]),
                  # logsumexp of small arrays in one call (fastmath/backends/_lse_kernel.c)
                  _Extension("fastmath.backends._lse_kernel", ["fastmath/backends/_lse_kernel.c"],
                             optional=True, extra_compile_args=["-O3", "-std=c11"])],

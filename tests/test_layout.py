@@ -98,9 +98,8 @@ def _all_imports():
     return {**found, **{e: set() for e in EXTENSIONS}}  # (what C code imports is not read)
 
 
-# Known, and left to the runtime's rework of the C code (which moves it): the ufuncs' fast
-# path in C (frontends/_hot.c) is built into the loop mode's extension.
-PENDING = {("fastmath.frontends._ufunc", "fastmath.integrations._loops")}
+# Known upward imports, each waiting for the change that removes it (none now).
+PENDING = set()
 
 
 def test_imports_point_down():
@@ -164,7 +163,7 @@ def test_the_checks_see_imports():
     assert "fastmath.dispatch._parallel" in torch and "fastmath._numpy" in torch
     assert "fastmath.frontends._pipeline" in _imports(MODULES["fastmath.frontends._ufunc"], True)
     assert {"fastmath.dispatch._runtime", "fastmath.integrations._loops",
-            "fastmath.backends._lse_kernel"} <= EXTENSIONS
+            "fastmath.frontends._hot", "fastmath.backends._lse_kernel"} <= EXTENSIONS
     # a function-level import, and the layers it joins
     cli = _imports(MODULES["fastmath.tools.cli"], module_level_only=False)
     assert "fastmath._startup" in cli and "fastmath._startup" not in _imports(

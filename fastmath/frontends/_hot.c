@@ -18,12 +18,12 @@
  * (frontends/_frames.py): having no frame of its own, this function is where that is
  * complete, and the error names the caller's line as NumPy's own would.
  *
- * Built into fastmath.integrations._loops (setup.py); without it the Python path serves.
+ * The extension fastmath.frontends._hot (setup.py); without it the Python path serves.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-#include <numpy/ndarraytypes.h>
+#include <numpy/arrayobject.h>
 
 enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
        LEAN, NUMPY, SERIAL, UNARY, NSTATE };
@@ -63,7 +63,13 @@ same_name(PyObject *name, PyObject *want)
     return r;
 }
 
-PyObject *fastmath_new_like(PyObject *x, PyObject *descr); /* integrations/_loops.c */
+/* A new array shaped and ordered like x, as NumPy's call makes its result, of dtype descr. */
+static PyObject *
+new_like(PyObject *x, PyObject *descr)
+{
+    Py_INCREF(descr);
+    return PyArray_NewLikeArray((PyArrayObject *)x, NPY_KEEPORDER, (PyArray_Descr *)descr, 0);
+}
 
 /* Under the numpy backend, one contiguous array in a dtype its loop takes as it is: the
  * numpy backend's own call, made here. NumPy's call below the size that splits; from it,
@@ -127,7 +133,7 @@ lean_numpy(PyObject *const *s, PyObject *x)
     if (alone || s[UNARY] == Py_None) {
         return NULL;
     }
-    PyObject *out = fastmath_new_like(x, PyTuple_GET_ITEM(e, L_OUT));
+    PyObject *out = new_like(x, PyTuple_GET_ITEM(e, L_OUT));
     if (out == NULL) {
         PyErr_Clear();
         return NULL;
@@ -255,8 +261,8 @@ static PyMethodDef hot_def = {
     "A fastmath ufunc's fast path (fastmath/frontends/_hot.c).",
 };
 
-PyObject *
-fastmath_hot(PyObject *module, PyObject *state)
+static PyObject *
+hot(PyObject *module, PyObject *state)
 {
     if (!PyList_CheckExact(state) || PyList_GET_SIZE(state) != NSTATE) {
         PyErr_Format(PyExc_TypeError, "hot(state): state must be a list of %d items", NSTATE);
@@ -277,4 +283,20 @@ fastmath_hot(PyObject *module, PyObject *state)
         return NULL;
     }
     return PyCFunction_New(&hot_def, state);
+}
+
+static PyMethodDef methods[] = {
+    {"hot", hot, METH_O, "hot(state) -> a fastmath ufunc's fast path over the list state"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "fastmath.frontends._hot",
+    "The ufuncs' fast path in C (see fastmath/frontends/_hot.c).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__hot(void)
+{
+    import_array();
+    return PyModule_Create(&module);
 }

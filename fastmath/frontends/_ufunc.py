@@ -15,8 +15,8 @@ from .._numpy import np
 from ..dispatch import _alloc, _chain, _config, _fpe, _log, _parallel, _selection
 from . import _frames, _pipeline
 
-try:  # the fast path in C (fastmath/frontends/_hot.c), part of the optional extension
-    from ..integrations._loops import hot as _native_hot
+try:  # the fast path in C (fastmath/frontends/_hot.c), an optional extension
+    from ._hot import hot as _native_hot
     from ..dispatch._runtime import unary as _runtime_unary
 except ImportError:
     _native_hot = _runtime_unary = None

@@ -801,21 +801,7 @@ static PyObject *py_set_counting(PyObject *self, PyObject *args)
     return PyBool_FromLong(before);
 }
 
-PyObject *fastmath_hot(PyObject *module, PyObject *state);  /* fastmath/frontends/_hot.c */
-
-/* For _hot.c (which has no NumPy C API table of its own): a new array shaped and ordered
- * like x, as NumPy's call makes its result, of dtype descr. */
-PyObject *fastmath_new_like(PyObject *x, PyObject *descr)
-{
-    if (PyArray_API == NULL && _import_array() < 0) {
-        return NULL;
-    }
-    Py_INCREF(descr);
-    return PyArray_NewLikeArray((PyArrayObject *)x, NPY_KEEPORDER, (PyArray_Descr *)descr, 0);
-}
-
 static PyMethodDef methods[] = {
-    {"hot", fastmath_hot, METH_O, "hot(state) -> a ufunc's fast path (fastmath/frontends/_hot.c)"},
     {"replace", py_replace, METH_VARARGS,
      "replace(ufunc, index, min_split, piece) -> slot: install the splitting loop"},
     {"restore", py_restore, METH_VARARGS, "restore(slot) -> bool: put the original back"},
