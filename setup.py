@@ -1,5 +1,6 @@
 """Build steps pyproject.toml cannot declare: the optional C extensions, each in the layer it
-serves (the native runtime fastmath.dispatch._runtime, the ufuncs' fast path
+serves (the native runtime fastmath.dispatch._runtime and fastmath.foreach's list runner
+fastmath.dispatch._lists, the ufuncs' fast path
 fastmath.frontends._hot, the loop mode's fastmath.integrations._loops, logsumexp's
 fastmath.backends._lse_kernel), and the FASTMATH_PATCH start-up hook.
 
@@ -81,15 +82,19 @@ try:
 except ImportError:  # setuptools without PEP 660 editable wheels
     pass
 
-# the runtime's C interface and the NumPy loop helpers both extensions share
+# the runtime's C interface and the NumPy loop helpers the extensions on it share
 _RUNTIME_HEADERS = ["fastmath/dispatch/_runtime.h", "fastmath/dispatch/_npy_loop.h"]
 
 setup(
     ext_modules=[  # the one thread pool and pacing policy (fastmath/dispatch/_runtime.c), first:
-                 # _loops imports its C interface
+                 # _lists and _loops import its C interface
                  _Extension("fastmath.dispatch._runtime", ["fastmath/dispatch/_runtime.c"],
                             depends=_RUNTIME_HEADERS, optional=True,
                             extra_compile_args=["-O3", "-std=c11"]),
+                 # fastmath.foreach's list runner on the runtime (fastmath/dispatch/_lists.c)
+                 _Extension("fastmath.dispatch._lists", ["fastmath/dispatch/_lists.c"],
+                            depends=_RUNTIME_HEADERS, optional=True,
+                            extra_compile_args=["-O2", "-std=c11"]),
                  # the loop mode's trampolines (fastmath/integrations/_loops.c)
                  _Extension("fastmath.integrations._loops", ["fastmath/integrations/_loops.c"],
                             depends=_RUNTIME_HEADERS, optional=True,

@@ -1,6 +1,6 @@
 /* NumPy's strided loops as fastmath's C extensions run them (the runtime's unary(), the
- * loop mode's foreach()): what numpy.ufunc._get_strided_loop fills in, and the FP flags a
- * loop raised as NumPy's UFUNC_FPE_* bits. Include after NumPy's headers
+ * list runner's foreach() in _lists.c): what numpy.ufunc._get_strided_loop fills in, and
+ * the FP flags a loop raised as NumPy's UFUNC_FPE_* bits. Include after NumPy's headers
  * (numpy/ufuncobject.h). */
 #ifndef FASTMATH_NPY_LOOP_H
 #define FASTMATH_NPY_LOOP_H

@@ -25,7 +25,7 @@ _NATIVE_TYPES = "efdgFDG"
 def native_loops(ufunc):
     """``(dtype, result dtype, call info)`` for each dtype whose NumPy loop the native
     runtime (``_runtime.unary``) and, for one-argument ufuncs, fastmath.foreach
-    (``_loops.foreach``) run for ``ufunc``: NumPy's own ufuncs of one or two arguments
+    (``_lists.foreach``) run for ``ufunc``: NumPy's own ufuncs of one or two arguments
     (both of the dtype), on dtypes the ufunc takes without a cast; () if none, or if the
     runtime was not built."""
     if _runtime is None or not isinstance(ufunc, np.ufunc) \

@@ -1,6 +1,7 @@
 /* fastmath.dispatch._runtime's C interface: the one thread pool and the one pacing policy,
- * for the other extensions (fastmath/integrations/_loops.c), which find it through the
- * capsule FM_CAPSULE (fm_import()). See _runtime.c for how the pool works. */
+ * for the other extensions (the list runner fastmath/dispatch/_lists.c, the loop mode's
+ * fastmath/integrations/_loops.c), which find it through the capsule FM_CAPSULE. See
+ * _runtime.c for how the pool works. */
 #ifndef FASTMATH_RUNTIME_H
 #define FASTMATH_RUNTIME_H
 

@@ -8,7 +8,7 @@ input, and may be the input list itself (in place). What changes is how the list
 
 - where ``fastmath.<name>`` would run NumPy's own ufunc loop over an array as it is (the
   numpy backend, or ``auto`` below its smallest crossover; a C-contiguous, aligned array
-  of a dtype the ufunc takes without a cast), the compiled ``fastmath.integrations._loops`` runs that
+  of a dtype the ufunc takes without a cast), the compiled ``fastmath.dispatch._lists`` runs that
   very loop (``ufunc._get_strided_loop``) over every such array, with no Python call per
   array, the list shared among the threads of its pool;
 - on a torch backend chosen with ``fastmath.backend``/``set_backend``, float32/float64
@@ -39,9 +39,9 @@ from ..frontends._functions import FUNCTIONS
 from ..backends import HANDLED
 
 try:
-    from . import _loops
+    from ..dispatch import _lists
 except ImportError:  # built without a C compiler: every array takes the Python path
-    _loops = None
+    _lists = None
 
 _ndarray = np.ndarray
 # Elements per run of small arrays handed to a thread at a time, and the smallest array
@@ -177,7 +177,7 @@ class Foreach:
         start = 0
         while start < len(xs):
             part = [None] * (len(xs) - start)
-            flags, left, _, _ = _loops.foreach(loops, xs[start:], outs[start:], part,
+            flags, left, _, _ = _lists.foreach(loops, xs[start:], outs[start:], part,
                                                limit, 0, NATIVE_PIECE, 1, -1, acts)
             done = left[0] if left else len(part)
             results[start:start + done] = part[:done]
@@ -215,7 +215,7 @@ class Foreach:
             return range(len(xs)), None
         threads = _parallel.threads()
         pace = self._paces[outs is not None].id() if threads > 1 else -1
-        flags, left, allocated, _ = _loops.foreach(loops, xs, outs, results, self._limit(sel),
+        flags, left, allocated, _ = _lists.foreach(loops, xs, outs, results, self._limit(sel),
                                                    self._split_size, NATIVE_PIECE, threads,
                                                    pace)
         if allocated >= RECYCLE:
@@ -318,7 +318,7 @@ def _native_loops(spec):
     """``(dtype, result dtype, call info)`` for each dtype whose NumPy loop the compiled
     path runs for ``spec``: NumPy's own one-argument ufuncs only (SciPy's loops may call
     back into Python to report their own errors), on dtypes the ufunc takes without a cast."""
-    if _loops is None or spec.kind != "unary" or not spec.ref.startswith("numpy:"):
+    if _lists is None or spec.kind != "unary" or not spec.ref.startswith("numpy:"):
         return ()
     return native_loops(spec.reference())
 

@@ -174,7 +174,7 @@ def test_many_small_arrays_of_every_kind_are_numpys(name, backend):
 # ---- the compiled path: NumPy's own loop over the list, no Python call per array --------
 
 NUMPY_UNARY = [s for s in UNARY if s.kind == "unary" and s.ref.startswith("numpy:")]
-compiled = pytest.mark.skipif(foreach._loops is None, reason="fastmath.integrations._loops is not built")
+compiled = pytest.mark.skipif(foreach._lists is None, reason="fastmath.dispatch._lists is not built")
 
 
 def same_bits(got, want):
@@ -240,7 +240,7 @@ def test_compiled_entry_takes_only_what_numpys_loop_runs_as_it_is():
           base.astype(np.int64), np.float64(1.0), np.array(0.5), unaligned,
           base.reshape(8, 8), np.ma.masked_array(base), 1.0, np.empty(0), base[:9].copy()]
     results = [None] * len(xs)
-    flags, left, allocated, n = foreach._loops.foreach(loops, xs, None, results, 1 << 30,
+    flags, left, allocated, n = foreach._lists.foreach(loops, xs, None, results, 1 << 30,
                                                        1 << 30, 64, 1)
     assert left == [1, 2, 3, 4, 5, 6, 7, 9, 10]
     assert flags is None and allocated == (10 + 64 + 9) * 8 and n == 10 + 64 + 9
@@ -248,7 +248,7 @@ def test_compiled_entry_takes_only_what_numpys_loop_runs_as_it_is():
         same_bits(results[i], np.exp(xs[i]))
     # arrays of `limit` elements or more are left (fastmath.<name> splits them itself)
     results = [None] * 3
-    _, left, _, _ = foreach._loops.foreach(loops, [base[:9], base[:10], base], None,
+    _, left, _, _ = foreach._lists.foreach(loops, [base[:9], base[:10], base], None,
                                            results, 10, 1, 64, 2)
     assert left == [1, 2] and results[1:] == [None, None]
     same_bits(results[0], np.exp(base[:9]))
@@ -278,7 +278,7 @@ def test_compiled_entry_on_the_pool_while_outputs_are_made(piece):
     xs[5], xs[77], xs[301] = xs[5][::2], xs[77].astype(np.int64), 1.0
     for _ in range(5):
         results = [None] * len(xs)
-        flags, left, _, n = foreach._loops.foreach(loops, xs, None, results, 1 << 30, 0,
+        flags, left, _, n = foreach._lists.foreach(loops, xs, None, results, 1 << 30, 0,
                                                    piece, 2)
         assert left == [5, 77, 301]
         assert n == sum(x.size for i, x in enumerate(xs) if i not in left)
@@ -301,7 +301,7 @@ def test_compiled_entry_on_the_pool_with_outputs_it_cannot_all_take():
         outs = [np.full(1000, 7.0) for _ in xs]
         outs[1] = bad
         results = [None] * len(xs)
-        flags, left, allocated, n = foreach._loops.foreach(loops, xs, outs, results,
+        flags, left, allocated, n = foreach._lists.foreach(loops, xs, outs, results,
                                                            1 << 30, 0, 64, 2)
         assert left == list(range(1, 50)) and (flags, allocated, n) == (None, 0, 1000)
         assert results[0] is outs[0] and results[1:] == [None] * 49
@@ -316,7 +316,7 @@ def test_compiled_entry_on_the_pool_with_outputs_it_cannot_all_take():
     want_outs = [o.copy() for o in outs]
     outs = [np.empty(1000) for _ in xs]
     outs[1] = xs[0]
-    flags, left, _, n = foreach._loops.foreach(loops, xs, outs, [None] * 50, 1 << 30, 0, 64, 2)
+    flags, left, _, n = foreach._lists.foreach(loops, xs, outs, [None] * 50, 1 << 30, 0, 64, 2)
     assert (flags, left, n) == (None, [], 50_000)
     for o, w in zip(outs, want_outs):
         same_bits(o, w)
@@ -405,7 +405,7 @@ def test_empty_lists():
 def test_without_the_extension_results_are_the_same(monkeypatch):
     xs = floats(6, 200)
     want = foreach.exp(xs)
-    monkeypatch.setattr(foreach, "_loops", None)
+    monkeypatch.setattr(foreach, "_lists", None)
     monkeypatch.setattr(foreach.exp, "_native", None)
     assert foreach._native_loops(foreach.exp._spec) == ()
     for g, w in zip(foreach.exp(xs), want):
