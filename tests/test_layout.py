@@ -93,6 +93,35 @@ def _layer(module):
     return len(LAYERS) - 1  # fastmath itself, special, foreach, _startup, __main__, tools
 
 
+def _extension_sources():
+    """{extension: its C sources} as setup.py builds them."""
+    found = {}
+    for node in ast.walk(ast.parse((PACKAGE.parent / "setup.py").read_text())):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", "").endswith("Extension")
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            found[node.args[0].value] = [e.value for e in node.args[1].elts]
+    return found
+
+
+def test_each_extension_is_built_in_the_layer_it_serves():
+    # an extension's C code sits in its own module's folder (so its layer is the one its
+    # name says), and the headers it includes come from its layer or one below
+    sources = _extension_sources()
+    assert set(sources) == EXTENSIONS
+    wrong = []
+    for ext, files in sources.items():
+        folder = ext.rpartition(".")[0].replace(".", "/")
+        for f in files:
+            if Path(f).parent.as_posix() != folder:
+                wrong.append(f"{ext} is built from {f}")
+            for header in re.findall(r'#include "([^"]+)"', (PACKAGE.parent / f).read_text()):
+                where = (PACKAGE.parent / f).parent.joinpath(header).resolve().parent
+                layer = _module(where / "__init__.py")
+                if _layer(layer + "._") > _layer(ext):
+                    wrong.append(f"{f} includes {header} ({LAYERS[_layer(layer + '._')]})")
+    assert not wrong, "\n".join(wrong)
+
+
 def _all_imports():
     found = {m: _imports(p, module_level_only=False) for m, p in MODULES.items()}
     return {**found, **{e: set() for e in EXTENSIONS}}  # (what C code imports is not read)
