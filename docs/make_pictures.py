@@ -151,16 +151,16 @@ PACKAGES = {
     "top": (0.5, 0.93, "the public face: fastmath/__init__ (NumPy's names + the function table), "
                        "special, foreach, _startup;\ntools/ (the fastmath command): cli, _bench, "
                        "_peers, _calibrate, _check, _explain, _info, ..."),
-    "int": (0.5, 0.75, "integrations/: _patch, _loopmode, _loops.c, _accelerate, _blockwise, "
-                       "_blockwise_dask, foreach, _nested"),
-    "fe": (0.5, 0.57, "frontends/: _functions (the function table), _pipeline, _ufunc, _binary, "
-                      "_elementwise,\n_reductions, _lse_steps, _linalg; the operand routes "
-                      "_dask and _native"),
+    "int": (0.5, 0.75, "integrations/: _patch, _loopmode, _loops.c (the loop mode's trampolines), "
+                       "_accelerate, _blockwise,\n_blockwise_dask, _nested"),
+    "fe": (0.5, 0.57, "frontends/: _functions (the function table), _pipeline, _ufunc with "
+                      "_hot.c (its fast path), _binary,\n_elementwise, _reductions, _lse_steps, "
+                      "_linalg, _foreach; the operand routes _dask and _native"),
     "be": (0.5, 0.39, "backends/: numpy, torch (cpu, cuda), numexpr, mkl: one module each, "
                       "none imports another;\n_lse (logsumexp's shared math)"),
     "disp": (0.5, 0.21, "dispatch/: _selection, _calibration, _chain (one fault policy), _config, "
-                        "_fpe,\n_runtime.c (the native pool), _npy_loops, _parallel, _threads, "
-                        "_alloc, _log, _hardware"),
+                        "_fpe,\n_runtime.c (the native pool), _lists.c (the list runner), "
+                        "_npy_loops, _parallel, _threads, _alloc, _log, _hardware"),
     "reg": (0.5, 0.04, "_registry (one row per function), backends/__init__ and _protocol "
                        "(the backend list and protocol), _numpy"),
 }

@@ -1,10 +1,10 @@
 """``fastmath.foreach``: list versions of the accelerated functions.
 
-The public name of :mod:`fastmath.integrations.foreach`; importing either gives the same
-module object, so attributes set on one are seen through the other.
+The public name of the front end :mod:`fastmath.frontends._foreach`; importing either
+gives the same module object, so attributes set on one are seen through the other.
 """
 import sys
 
-from .integrations import foreach as _impl
+from .frontends import _foreach as _impl
 
 sys.modules[__name__] = _impl

@@ -65,8 +65,7 @@ OPTIONAL = {
                    "importing the library (is the package there at all?); import fastmath "
                    "checks FASTMATH_BACKEND with it",
     "foreach": "foreach(spec) -> list kernel or None: a kernel over a list of arrays for "
-               "fastmath.foreach: ``k.takes(x, out) -> bool`` says which pairs it computes, "
-               "``k(xs, outs) -> flags`` computes them all (or declines them all)",
+               "fastmath.foreach (see ``LIST_KERNEL``)",
     "native": "native(spec, x) -> result or NotImplemented: ``spec``'s function of an array "
               "that lives on a device (a torch tensor, a DLPack producer), computed where it "
               "lives, returned as the caller's array type",
@@ -75,6 +74,26 @@ OPTIONAL = {
     "loaded": "loaded() -> bool: whether the costly library the first kernel imports is "
               "imported already; auto tries the backend on a program's calls only then, or "
               "once they have done enough work to pay for the import (dispatch/_learn.py)",
+}
+
+# A list kernel (a backend's ``foreach(spec)``), as the foreach front end runs it through the
+# chain runner, with NumPy's call per array behind it:
+LIST_KERNEL = {
+    "call": "k(xs, outs, results, limit=None, stop=0) -> (flags, left): computes the arrays "
+            "of the list ``xs`` it takes as they are, into ``outs[i]`` (``outs`` None: new "
+            "arrays of NumPy's result dtype and layout), and sets ``results[i]``; ``left``: "
+            "the indices of the others, in order, which the front end computes as "
+            "fastmath.<name> does; ``flags``: each array's FP flags (0 for those left), or "
+            "None where none was raised. ``limit``: arrays of this many elements or more are "
+            "left (None: the kernel's own ``limit``, or none). ``stop`` (with ``outs`` only, "
+            "for kernels that ``stops``): stop after the first array raising any of these "
+            "flags, leaving every later one. A kernel that raises leaves every input as it "
+            "found it (an array computed in place too), for the next to compute the whole list",
+    "stops": "True: its flags are each array's own as NumPy raises them, and it honours "
+             "``stop``; the front end then runs it under errstate raise/call too (absent: "
+             "the front end computes each array in turn there)",
+    "limit": "the size from which it leaves arrays (absent: none); below it, an array is "
+             "computed by this backend as the reference's own call",
 }
 
 # Optional kernel attributes, for kernels that run the reference's own loop: the front

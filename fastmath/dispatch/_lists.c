@@ -499,7 +499,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "fastmath.dispatch._lists",
-    "NumPy's ufunc loop over a list of arrays on the native runtime (see fastmath/dispatch/_lists.c).",
+    "NumPy's ufunc loop over a list of arrays on the native runtime "
+    "(see fastmath/dispatch/_lists.c).",
     -1, methods,
 };
 

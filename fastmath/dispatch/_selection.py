@@ -424,6 +424,21 @@ def plan(spec, dtype, size: int, layout: int = 0):
     return ()
 
 
+def list_chain(sel, spec, per_array):
+    """fastmath.foreach's chain under selection ``sel``: the ``(name, list kernel)`` pairs
+    to try in order (a backend's optional ``foreach(spec)``, backends/_protocol.py's
+    ``LIST_KERNEL``), with ``per_array`` (NumPy's call per array, which the front end hands
+    in) behind any backend's but numpy's. Under ``auto``, numpy's alone: the list runs
+    the arrays below :func:`small_size`, which ``auto`` leaves to the reference. Empty
+    where the backend has no list kernel: each array then runs as ``fastmath.<name>``."""
+    name = "numpy" if sel == "auto" else sel
+    make = getattr(backends.get(name), "foreach", None)
+    kernel = make(spec) if make is not None else None
+    if kernel is None:
+        return ()
+    return ((name, kernel),) if name == "numpy" else ((name, kernel), ("numpy", per_array))
+
+
 def small_size(spec) -> int:
     """Below this size ``auto`` calls the reference directly, whatever the dtype."""
     if _learn_state.mode == "off":

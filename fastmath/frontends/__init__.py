@@ -7,5 +7,7 @@ softmax and log_softmax (with ``_lse_steps``, the logsumexp steps they share wit
 route), ``_linalg`` vecdot and einsum. ``_dask`` (Dask arrays) and ``_native`` (arrays on a
 device) are the operand routes beside the pipeline's. ``_functions`` is the function table:
 fastmath's callable for every registry row, which the public namespace and the integrations
-read. ``_frames`` takes fastmath's frames out of the tracebacks of NumPy's errors.
+read. ``_foreach`` is the front end of ``fastmath.foreach`` (one function over a list of
+arrays, through the backends' list kernels). ``_frames`` takes fastmath's frames out of the
+tracebacks of NumPy's errors. The C extension ``_hot`` (``_hot.c``) is the ufuncs' fast path.
 """

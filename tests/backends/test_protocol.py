@@ -46,6 +46,7 @@ def test_register_refuses_a_name_taken():
 
 # run in a fresh process: a registered backend stays for the life of the process
 PLUGGED = """
+import warnings
 import numpy as np
 import fastmath
 from fastmath import backends
@@ -66,6 +67,15 @@ with fastmath.backend("example"):
     assert np.array_equal(fastmath.exp(x.astype(np.float32)), np.exp(x.astype(np.float32)))
     assert np.array_equal(fastmath.erf(x), fastmath.special.erf.reference(x))
     assert ExampleBackend.calls == calls + 1
+    # its list kernel under fastmath.foreach: the float64 arrays, the float32 one left to
+    # the front end; NumPy's warning for the array that divides by zero
+    xs = [x, x.astype(np.float32), np.zeros(3)]
+    with np.errstate(divide="warn"), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = fastmath.foreach.log(xs)
+    assert [str(m.message) for m in w] == ["divide by zero encountered in log"]
+    assert all(g.dtype == v.dtype and np.array_equal(g, np.log(v)) for g, v in zip(got, xs))
+    assert ExampleBackend.listed == 2
 fastmath.set_backend("example")
 assert fastmath.get_backend() == "example"
 print("plugged in")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fastmath
-from fastmath import foreach
+from fastmath import backends, foreach
 from fastmath._registry import ROWS
 
 from helpers import BACKENDS, BITWISE, FakeClock, assert_same
@@ -174,7 +174,24 @@ def test_many_small_arrays_of_every_kind_are_numpys(name, backend):
 # ---- the compiled path: NumPy's own loop over the list, no Python call per array --------
 
 NUMPY_UNARY = [s for s in UNARY if s.kind == "unary" and s.ref.startswith("numpy:")]
-compiled = pytest.mark.skipif(foreach._lists is None, reason="fastmath.dispatch._lists is not built")
+try:
+    from fastmath.dispatch import _lists
+except ImportError:
+    _lists = None
+compiled = pytest.mark.skipif(_lists is None, reason="fastmath.dispatch._lists is not built")
+
+
+def numpy_loops(spec):
+    """The loops the numpy backend's list kernel runs for ``spec``."""
+    return backends.get("numpy").foreach(spec).loops
+
+
+def fresh_list_kernel(spec, monkeypatch):
+    """A new numpy list kernel for ``spec`` (loops looked up now, pacing records of its
+    own), which foreach runs from now on."""
+    b = backends.get("numpy")
+    monkeypatch.setattr(b, "_list_kernels", {})
+    return b.foreach(spec)
 
 
 def same_bits(got, want):
@@ -233,23 +250,23 @@ def test_compiled_path_in_place_and_into_outputs(name):
 def test_compiled_entry_takes_only_what_numpys_loop_runs_as_it_is():
     """The C entry itself: which arrays it computes and which it leaves to Python."""
     spec = next(s for s in NUMPY_UNARY if s.name == "exp")
-    loops = foreach._native_loops(spec)
+    loops = numpy_loops(spec)
     base = np.linspace(0, 1, 64)
     unaligned = np.frombuffer(b"\0" + base.tobytes(), np.float64, 60, offset=1)
     xs = [base[:10], base[::2], np.asfortranarray(base.reshape(8, 8)), base.astype(">f8"),
           base.astype(np.int64), np.float64(1.0), np.array(0.5), unaligned,
           base.reshape(8, 8), np.ma.masked_array(base), 1.0, np.empty(0), base[:9].copy()]
     results = [None] * len(xs)
-    flags, left, allocated, n = foreach._lists.foreach(loops, xs, None, results, 1 << 30,
-                                                       1 << 30, 64, 1)
+    flags, left, allocated, n = _lists.foreach(loops, xs, None, results, 1 << 30,
+                                               1 << 30, 64, 1)
     assert left == [1, 2, 3, 4, 5, 6, 7, 9, 10]
     assert flags is None and allocated == (10 + 64 + 9) * 8 and n == 10 + 64 + 9
     for i in (0, 8, 11, 12):
         same_bits(results[i], np.exp(xs[i]))
     # arrays of `limit` elements or more are left (fastmath.<name> splits them itself)
     results = [None] * 3
-    _, left, _, _ = foreach._lists.foreach(loops, [base[:9], base[:10], base], None,
-                                           results, 10, 1, 64, 2)
+    _, left, _, _ = _lists.foreach(loops, [base[:9], base[:10], base], None,
+                                   results, 10, 1, 64, 2)
     assert left == [1, 2] and results[1:] == [None, None]
     same_bits(results[0], np.exp(base[:9]))
 
@@ -270,7 +287,7 @@ def test_compiled_entry_on_the_pool_while_outputs_are_made(piece):
     result and each array's flags are NumPy's call's; the arrays left to Python are
     left, in list order."""
     spec = next(s for s in NUMPY_UNARY if s.name == "exp")
-    loops = foreach._native_loops(spec)
+    loops = numpy_loops(spec)
     rng = np.random.default_rng(3)
     # a third of the arrays overflow, some underflow, the others raise nothing
     xs = [rng.uniform(-800, 800, int(rng.integers(0, 300))) / rng.choice([1, 1, 1000])
@@ -278,8 +295,8 @@ def test_compiled_entry_on_the_pool_while_outputs_are_made(piece):
     xs[5], xs[77], xs[301] = xs[5][::2], xs[77].astype(np.int64), 1.0
     for _ in range(5):
         results = [None] * len(xs)
-        flags, left, _, n = foreach._lists.foreach(loops, xs, None, results, 1 << 30, 0,
-                                                   piece, 2)
+        flags, left, _, n = _lists.foreach(loops, xs, None, results, 1 << 30, 0,
+                                           piece, 2)
         assert left == [5, 77, 301]
         assert n == sum(x.size for i, x in enumerate(xs) if i not in left)
         for i, (g, x) in enumerate(zip(results, xs)):
@@ -295,14 +312,14 @@ def test_compiled_entry_on_the_pool_with_outputs_it_cannot_all_take():
     second output is one NumPy's loop would not run into as it is, everything from it
     on is left to Python and the first array alone is computed (in this thread)."""
     spec = next(s for s in NUMPY_UNARY if s.name == "exp")
-    loops = foreach._native_loops(spec)
+    loops = numpy_loops(spec)
     xs = [np.linspace(0, 1, 1000) + k for k in range(50)]
     for bad in (np.empty(1000, np.float32), np.empty(999), np.empty(2000)[::2]):
         outs = [np.full(1000, 7.0) for _ in xs]
         outs[1] = bad
         results = [None] * len(xs)
-        flags, left, allocated, n = foreach._lists.foreach(loops, xs, outs, results,
-                                                           1 << 30, 0, 64, 2)
+        flags, left, allocated, n = _lists.foreach(loops, xs, outs, results,
+                                                   1 << 30, 0, 64, 2)
         assert left == list(range(1, 50)) and (flags, allocated, n) == (None, 0, 1000)
         assert results[0] is outs[0] and results[1:] == [None] * 49
         same_bits(outs[0], np.exp(xs[0]))
@@ -316,7 +333,7 @@ def test_compiled_entry_on_the_pool_with_outputs_it_cannot_all_take():
     want_outs = [o.copy() for o in outs]
     outs = [np.empty(1000) for _ in xs]
     outs[1] = xs[0]
-    flags, left, _, n = foreach._lists.foreach(loops, xs, outs, [None] * 50, 1 << 30, 0, 64, 2)
+    flags, left, _, n = _lists.foreach(loops, xs, outs, [None] * 50, 1 << 30, 0, 64, 2)
     assert (flags, left, n) == (None, [], 50_000)
     for o, w in zip(outs, want_outs):
         same_bits(o, w)
@@ -405,22 +422,21 @@ def test_empty_lists():
 def test_without_the_extension_results_are_the_same(monkeypatch):
     xs = floats(6, 200)
     want = foreach.exp(xs)
-    monkeypatch.setattr(foreach, "_lists", None)
-    monkeypatch.setattr(foreach.exp, "_native", None)
-    assert foreach._native_loops(foreach.exp._spec) == ()
+    monkeypatch.setattr(fastmath.backends.numpy, "_lists", None)
+    assert fresh_list_kernel(foreach.exp._spec, monkeypatch).loops == ()
     for g, w in zip(foreach.exp(xs), want):
         same_bits(g, w)
 
 
 @compiled
-def test_under_the_loop_patch_results_are_numpys():
+def test_under_the_loop_patch_results_are_numpys(monkeypatch):
     xs = floats(7, 200)
     want = [np.exp(x) for x in xs]
-    fresh = foreach.Foreach(foreach.exp._spec)  # its loops looked up while patched
     with fastmath.patch(mode="loops"):
-        for g, w in zip(fresh(xs), want):
+        fresh_list_kernel(foreach.exp._spec, monkeypatch)  # its loops looked up while patched
+        for g, w in zip(foreach.exp(xs), want):
             same_bits(g, w)
-    for g, w in zip(fresh(xs), want):
+    for g, w in zip(foreach.exp(xs), want):
         same_bits(g, w)
 
 
@@ -682,9 +698,9 @@ def runtime_clocks():
     _runtime.set_spin(spin)
 
 
-def _ways(each, xs, calls, out=None):
+def _ways(kernel, each, xs, calls, out=None):
     """'s' for each call that split, 'w' for each that ran whole (and was timed)."""
-    pace = each._paces[out is not None]
+    pace = kernel.paces[out is not None]
     n = sum(x.size for x in xs)
     ways = []
     for _ in range(calls):
@@ -696,7 +712,7 @@ def _ways(each, xs, calls, out=None):
 
 
 @compiled
-def test_the_compiled_path_is_paced_by_the_runtime(runtime_clocks):
+def test_the_compiled_path_is_paced_by_the_runtime(runtime_clocks, monkeypatch):
     """The list runner follows the runtime's pacing, as every splitter: its first list of a
     size splits, the second runs whole and is timed, and while a lost split's pause lasts
     the lists of that size run whole in this thread. (Whether a split lost is the policy's
@@ -704,32 +720,31 @@ def test_the_compiled_path_is_paced_by_the_runtime(runtime_clocks):
     from fastmath.dispatch import _runtime
 
     spec = next(s for s in NUMPY_UNARY if s.name == "exp")
-    each = foreach.Foreach(spec)
-    each._loops()  # (which runs the compiled entry once, to check it)
+    kernel = fresh_list_kernel(spec, monkeypatch)  # (its loops checked by one compiled run)
     xs = [np.linspace(0, 1, 1000) + k for k in range(100)]  # above the size timed
     n = sum(x.size for x in xs)
     with fastmath.backend("numpy"):
-        assert _ways(each, xs, 2) == "sw"
-        skip = max(1, each._paces[0].stats(n)["skip"])  # (0 before any judgement: 1)
-        _runtime.judge(each._paces[0].id(), n, 1.0, 0.0)  # a split that lost
-        assert each._paces[0].stats(n)["left"] == skip
-        assert _ways(each, xs, skip + 1) == "w" * skip + "s"
+        assert _ways(kernel, foreach.exp, xs, 2) == "sw"
+        skip = max(1, kernel.paces[0].stats(n)["skip"])  # (0 before any judgement: 1)
+        _runtime.judge(kernel.paces[0].id(), n, 1.0, 0.0)  # a split that lost
+        assert kernel.paces[0].stats(n)["left"] == skip
+        assert _ways(kernel, foreach.exp, xs, skip + 1) == "w" * skip + "s"
 
 
 @compiled
-def test_new_outputs_and_out_lists_are_paced_apart(runtime_clocks):
+def test_new_outputs_and_out_lists_are_paced_apart(runtime_clocks, monkeypatch):
     """New outputs take longer per element than out= (allocation, memory not yet in
     cache): each kind of call keeps a record of its own."""
     spec = next(s for s in NUMPY_UNARY if s.name == "exp")
-    each = foreach.Foreach(spec)
-    each._loops()
+    kernel = fresh_list_kernel(spec, monkeypatch)
     xs = [np.linspace(0, 1, 1000) + k for k in range(100)]
     outs = [np.empty(1000) for _ in xs]
     n = sum(x.size for x in xs)
     with fastmath.backend("numpy"):
-        assert _ways(each, xs, 3)[:2] == "sw"
-        assert each._paces[1].stats(n)["kept"] == 0  # out= lists: nothing recorded yet
-        assert _ways(each, xs, 2, out=outs) == "sw"  # their own first split and whole run
+        assert _ways(kernel, foreach.exp, xs, 3)[:2] == "sw"
+        assert kernel.paces[1].stats(n)["kept"] == 0  # out= lists: nothing recorded yet
+        # their own first split and whole run
+        assert _ways(kernel, foreach.exp, xs, 2, out=outs) == "sw"
 
 
 @compiled
