@@ -61,6 +61,8 @@ def info() -> dict:
         ``"fastmath"``, ``"python"``, ``"platform"``: versions and the OS;
         ``"versions"``: the numerical libraries (None when not installed);
         ``"backends"``: each backend's name -> ``"available"`` or why it is not;
+        ``"compiled"``: each optional C extension -> ``"built"``, or why not and what
+        runs in its place;
         ``"threads"``: the threads the numpy backend uses;
         ``"selection"``: the backend in force and where that came from;
         ``"config"``: strict mode, calibration file and the ``FASTMATH_*`` variables read;

@@ -29,7 +29,9 @@ def test_sdist_has_the_tests_helpers_and_license(tmp_path):
     assert tests <= names, sorted(tests - names)  # conftest, helpers, plugins, every folder
     assert {"LICENSE", "mkdocs.yml", "fastmath/dispatch/calibration-defaults.json"} <= names
     # the optional extensions' sources, so that an install from the sdist can build them
-    assert {"fastmath/integrations/_loops.c", "fastmath/frontends/_hot.c",
+    assert {"fastmath/dispatch/_runtime.c", "fastmath/dispatch/_runtime.h",
+            "fastmath/dispatch/_npy_loop.h", "fastmath/dispatch/_lists.c",
+            "fastmath/integrations/_loops.c", "fastmath/frontends/_hot.c",
             "fastmath/backends/_lse_kernel.c"} <= names
     assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")} <= names
     assert "License-Expression: BSD-3-Clause" in pkg_info

@@ -1,6 +1,7 @@
 """``fastmath.info()`` and ``python -m fastmath info``: what fastmath sees on this machine."""
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import platform
 import sys
@@ -86,6 +87,29 @@ def calibration(cfg) -> dict:
     return {"value": None, "source": f"{named + ': ' if named else ''}{why}"}
 
 
+# The optional C extensions (setup.py), each with what runs in its place when it was not
+# built (an install without a C compiler, or without NumPy's headers).
+EXTENSIONS = {
+    "fastmath.dispatch._runtime": "the numpy and mkl backends split calls on the Python pool",
+    "fastmath.dispatch._lists": "fastmath.foreach computes array by array",
+    "fastmath.frontends._hot": "the ufuncs' fast path runs in Python",
+    "fastmath.integrations._loops": "fastmath.patch(mode='loops') is unavailable",
+    "fastmath.backends._lse_kernel": "logsumexp takes its Python path",
+}
+
+
+def compiled() -> dict:
+    """Each C extension -> "built", or why not and what runs instead."""
+    out = {}
+    for name, instead in EXTENSIONS.items():
+        try:
+            importlib.import_module(name)
+            out[name] = "built"
+        except ImportError as e:
+            out[name] = f"not built ({e}): {instead}; reinstall fastmath with a C compiler"
+    return out
+
+
 def collect() -> dict:
     import fastmath
 
@@ -102,6 +126,7 @@ def collect() -> dict:
         "platform": platform.platform(),
         "versions": {d: _version(d) for d in ("numpy", "scipy", "torch", "numexpr", "dask")},
         "backends": {n: backends.why_unavailable(n) or "available" for n in backends.NAMES},
+        "compiled": compiled(),
         "threads": cfg.num_threads,
         "selection": {"backend": sel, "source": source},
         "config": {"strict": cfg.strict, "calibration": cfg.calibration,
@@ -131,6 +156,8 @@ def render(d: dict) -> str:
     lines += [f"  {k:<9} {v or 'not installed'}" for k, v in d["versions"].items()]
     lines += ["", "backends:"]
     lines += [f"  {k:<11} {v}" for k, v in d["backends"].items()]
+    lines += ["", "compiled:"]
+    lines += [f"  {k:<29} {v}" for k, v in d["compiled"].items()]
     lines += ["", f"threads:   {d['threads']}",
               f"selection: {d['selection']['backend']} ({d['selection']['source']})",
               f"strict:    {d['config']['strict']}", "", "settings:"]

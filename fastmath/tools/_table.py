@@ -6,8 +6,8 @@ gains later is never hidden.
 """
 from __future__ import annotations
 
-_LAID_OUT = ("fastmath", "python", "platform", "versions", "backends", "threads", "selection",
-             "config", "settings", "cpu", "gpus", "thread_pools")
+_LAID_OUT = ("fastmath", "python", "platform", "versions", "backends", "compiled", "threads",
+             "selection", "config", "settings", "cpu", "gpus", "thread_pools")
 
 
 def show_info(d: dict, file=None) -> None:
@@ -53,6 +53,15 @@ def show_info(d: dict, file=None) -> None:
         if name == d["selection"]["backend"]:
             mark += "  [bold](selected)[/bold]"
         t.add_row(name, mark)
+    console.print(t)
+    console.print()
+
+    t = Table(title="Compiled", title_justify="left")
+    t.add_column("extension", style="bold")
+    t.add_column("status")
+    for name, status in d["compiled"].items():
+        t.add_row(name, "[green]built[/green]" if status == "built"
+                  else f"[yellow]{status}[/yellow]")
     console.print(t)
     console.print()
 
