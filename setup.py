@@ -87,7 +87,7 @@ _RUNTIME_HEADERS = ["fastmath/dispatch/_runtime.h", "fastmath/dispatch/_npy_loop
 
 setup(
     ext_modules=[  # the one thread pool and pacing policy (fastmath/dispatch/_runtime.c), first:
-                 # _lists and _loops import its C interface
+                 # _lists, _loops and _lse_kernel import its C interface
                  _Extension("fastmath.dispatch._runtime", ["fastmath/dispatch/_runtime.c"],
                             depends=_RUNTIME_HEADERS, optional=True,
                             extra_compile_args=["-O3", "-std=c11"]),
@@ -102,8 +102,10 @@ setup(
                  # the ufuncs' fast path in C (fastmath/frontends/_ufunc.py uses it when built)
                  _Extension("fastmath.frontends._hot", ["fastmath/frontends/_hot.c"],
                             optional=True, extra_compile_args=["-O2", "-std=c11"]),
-                 # logsumexp of small arrays in one call (fastmath/backends/_lse_kernel.c)
+                 # logsumexp of small arrays in one call, of large ones by blocks on the
+                 # runtime (fastmath/backends/_lse_kernel.c)
                  _Extension("fastmath.backends._lse_kernel", ["fastmath/backends/_lse_kernel.c"],
-                            optional=True, extra_compile_args=["-O3", "-std=c11"])],
+                            depends=_RUNTIME_HEADERS, optional=True,
+                            extra_compile_args=["-O3", "-std=c11"])],
     cmdclass=cmdclass,
 )

@@ -30,7 +30,7 @@
 
 #include "../dispatch/_runtime.h"
 
-static fm_api *rt; /* the native runtime (fastmath/dispatch/_runtime.c): pool and pacing */
+static const fm_api *rt; /* the native runtime (fastmath/dispatch/_runtime.c): pool and pacing */
 
 #define MAX_SIZE (1 << 18)     /* as FAST_MAX in _lse.py */
 #define STACK_BYTES 4096       /* per-row partials on the stack up to this size */
@@ -769,13 +769,8 @@ PyMODINIT_FUNC PyInit__lse_kernel(void)
     if (_import_array() < 0) {
         return NULL;
     }
-    rt = PyCapsule_Import(FM_CAPSULE, 0);
+    rt = fm_import();
     if (rt == NULL) {
-        return NULL;
-    }
-    if (rt->version != FM_API_VERSION) {
-        PyErr_Format(PyExc_ImportError, "fastmath.dispatch._runtime has C API %d, not %d: "
-                     "rebuild fastmath", rt->version, FM_API_VERSION);
         return NULL;
     }
     return PyModule_Create(&module);

@@ -1,7 +1,8 @@
 /* fastmath.dispatch._runtime's C interface: the one thread pool and the one pacing policy,
- * for the other extensions (the list runner fastmath/dispatch/_lists.c, the loop mode's
- * fastmath/integrations/_loops.c), which find it through the capsule FM_CAPSULE. See
- * _runtime.c for how the pool works. */
+ * for the other extensions (the list runner fastmath/dispatch/_lists.c, logsumexp's
+ * fastmath/backends/_lse_kernel.c, the loop mode's fastmath/integrations/_loops.c), which
+ * find it through the capsule FM_CAPSULE (fm_import()). See _runtime.c for how the pool
+ * works. */
 #ifndef FASTMATH_RUNTIME_H
 #define FASTMATH_RUNTIME_H
 
@@ -88,5 +89,19 @@ typedef struct {
     long long (*wall_ns)(void);
     long long (*alone_ns)(const fm_job *job);
 } fm_api;
+
+/* The runtime's interface, for the module init of an extension on it (include after
+ * Python.h): NULL, with ImportError set, where the runtime is missing or was built with
+ * another interface. */
+static inline const fm_api *fm_import(void)
+{
+    const fm_api *api = PyCapsule_Import(FM_CAPSULE, 0);
+    if (api != NULL && api->version != FM_API_VERSION) {
+        PyErr_Format(PyExc_ImportError, "fastmath.dispatch._runtime has interface %d, not %d: "
+                     "rebuild fastmath", api->version, FM_API_VERSION);
+        return NULL;
+    }
+    return api;
+}
 
 #endif

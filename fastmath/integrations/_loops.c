@@ -360,13 +360,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__loops(void)
 {
-    rt = PyCapsule_Import(FM_CAPSULE, 0);
+    rt = fm_import();
     if (rt == NULL) {
-        return NULL;
-    }
-    if (rt->version != FM_API_VERSION) {
-        PyErr_Format(PyExc_ImportError, "fastmath.dispatch._runtime has interface %d, not %d: "
-                     "rebuild fastmath", rt->version, FM_API_VERSION);
         return NULL;
     }
     return PyModule_Create(&module);
