@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fastmath import backends
@@ -22,6 +23,31 @@ def test_every_backend_keeps_the_protocol(name):
 
 def test_every_kind_has_its_kernel_signature_written_down():
     assert {row.kind for row in ROWS} <= set(_protocol.KERNEL_SIGNATURES)
+
+
+@pytest.mark.parametrize("name", backends.NAMES)
+def test_every_list_kernel_keeps_the_list_protocol(name):
+    # what fastmath.foreach's front end relies on (_protocol.LIST_KERNEL): the arrays it
+    # takes computed into results, the others left by index in order, inputs untouched
+    b = backends.get(name)
+    make = getattr(b, "foreach", None)
+    if b.why_unavailable() is not None or make is None:
+        pytest.skip(f"{name} has no list kernel here")
+    kernel = make(next(r for r in ROWS if r.name == "exp"))
+    # the int array (a cast) and the scalar are left by every list kernel
+    xs = [np.linspace(0, 1, 100), np.arange(5), np.linspace(0, 1, 7)[::2], 1.0]
+    before = [np.copy(x) for x in xs]
+    results = [None] * len(xs)
+    flags, left = kernel(xs, None, results)
+    assert flags is None and list(left) == sorted(left) and {1, 3} <= set(left)
+    for i, x in enumerate(xs):
+        if i in left:
+            assert results[i] is None
+        else:
+            want = np.exp(x)
+            assert results[i].dtype == want.dtype and np.allclose(results[i], want)
+    assert all(np.array_equal(x, b) for x, b in zip(xs, before))
+    assert set(_protocol.LIST_KERNEL) >= {"call", "stops", "limit"}
 
 
 def test_a_backend_that_lacks_a_member_is_refused_by_name(monkeypatch):
