@@ -208,7 +208,7 @@ class _Unary:
         (``_runtime.unary``'s ``loops``) of at least that size runs on the runtime as
         ``_runtime.unary(loops, x, out, pace, 0, 0, 0)``, and a smaller one as NumPy's own
         call; None where this kernel has no such path."""
-        if self._native == () or not self._loops():
+        if not self._loops():
             return None
         return self._native, self._pace, self._min_split
 
@@ -216,11 +216,9 @@ class _Unary:
         """The call on the native runtime, its FP flags; None where that cannot take it
         (broadcasting, another layout, a dtype NumPy's call would cast, an out= overlapping
         an input other than exactly). ``xs``: the operands, or one array."""
-        native = self._native
-        if native is None:
-            native = self._loops()
-            if not native:
-                return None
+        native = self._loops()
+        if not native:
+            return None
         if not isinstance(xs, tuple):
             xs = (xs,)
         if any(x.shape != out.shape for x in xs):
@@ -428,7 +426,7 @@ def lse_partial(a, axes, b=None):
                     dst[index] = src
         return partials
 
-    plan = _parallel.plan(_LSE_PACES[0], a.size)
+    plan = _parallel.plan(_LSE_PACE, a.size)
     tasks = [lambda lo=lo, hi=hi: work(lo, hi)
              for lo, hi in _parallel.bounds(nblocks, min(plan.parts, nblocks))]
     parts = [p for task in _parallel.run(tasks, plan) for p in task]
@@ -518,4 +516,4 @@ _LSE_DTYPES = FLOATS
 
 
 # the pace of the Python blocks (lse_partial)
-_LSE_PACES = (_parallel.Pace(),)
+_LSE_PACE = _parallel.Pace()

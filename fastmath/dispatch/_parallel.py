@@ -256,22 +256,24 @@ class OwnThreads:
 
     def __call__(self, *args):
         n = args[-1].size
-        if not self.splits(n) or threads() < 2 or _runtime is None:
+        if not self.splits(n):
             return self.kernel(*args)
-        pace = self.pace.id()
-        if _runtime.decide(pace, n) != _runtime.SPLIT:
-            start = clock()
+        way = plan(self.pace, n)
+        if way.pace is None:  # one thread, or no runtime: nothing is paced
+            return self.kernel(*args)
+        if way.parts < 2:
             result = self.then(*args)
-            if result is not NotImplemented:
-                _runtime.kept(pace, n, clock() - start)
-                return result
-            return self.kernel(*args)
+            if result is NotImplemented:
+                return self.kernel(*args)
+            way.done()
+            return result
         # a thread of the library's waiting at its barrier for a preempted part spins,
         # which counts as CPU time: the comparison with ``then`` is what catches that
-        cpu, start = process_clock(), clock()
+        cpu = process_clock()
         result = self.kernel(*args)
         if result is not NotImplemented:
-            _runtime.judge(pace, n, clock() - start, process_clock() - cpu)
+            way.cpu = process_clock() - cpu
+            way.done()
         return result
 
 
