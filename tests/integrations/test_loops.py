@@ -456,20 +456,21 @@ def _ways(key, runs):
 def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch, clocks):
     """A split that ran slower than one thread makes the next runs of that loop and length
     run in one piece, for a pause that doubles while splits keep losing; every result is
-    NumPy's all along. Here every split loses: its caller's pieces take no CPU time, and
-    it takes 3 ms where a whole run takes 1."""
+    NumPy's all along. Here every split loses: the caller's CPU time for its pieces reads
+    nothing, and the wall clock slows down reading by reading, so that each split takes
+    longer than the whole runs before it (whichever thread ran its pieces)."""
     if fastmath.dispatch._parallel.threads() < 2:
         pytest.skip("one thread: nothing splits")
     for name, value in (("_SPLIT_AT", 2), ("_MIN_SPLIT", 2), ("_PIECE", 64)):
         monkeypatch.setattr(_loopmode, name, value)
     wall, cpu = clocks
-    wall.tick = 1e-3  # between two readings: a whole run reads twice, a split twice...
+    wall.tick = 1e-3
     cpu.tick = 0.0
 
-    def cpu_reading():  # ...and the caller's CPU time twice more, 1 ms each
-        wall.advance(1e-3)
-        return cpu()
-    _loopmode._runtime._set_clock(wall, cpu_reading)
+    def slowing():
+        wall.tick += 1e-6
+        return wall()
+    _loopmode._runtime._set_clock(slowing, cpu)
     _loopmode.pacing(True)
     x = RNG.standard_normal(1000)
     key = "exp d->d"
