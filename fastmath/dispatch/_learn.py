@@ -5,10 +5,17 @@ A cell is (function, dtype, size class, layout class): size classes are a factor
 elements up, the first calls of a cell try its arms in turn, interleaved: the baseline
 (the reference called into the front end's output, or for reductions the numpy backend)
 and each backend whose kernel gives the row's promised result on this machine (the
-chains ``_selection`` builds; this module knows no backend). Each arm's first call is a
-warm-up and is not counted. An arm measured slower than the baseline's median is dropped
-at once, so that learning never strays far from the reference. Once every arm left has
-SAMPLES samples the cell settles on the fastest median, and on the baseline unless an arm
+chains ``_selection`` builds; this module knows no backend). A backend's turn is a run of
+RUN calls in a row, and only the calls after the run's first are counted: the first
+follows other arms' calls, after which a backend's pool has parked (a settled cell runs
+its backend call after call, its pool awake), and an arm's very first call in a cell
+imports, starts pools and makes the runtime's first split of that size. Where the
+reference takes LONG seconds a pool's wake-up is small beside the call, and where one arm
+is left its calls follow each other: a turn is then one call, counted, after the arm's
+first (its warm-up). An arm whose two latest counted
+calls were both slower than the baseline's median is dropped at once, so that learning
+never strays far from the reference (one slow call, a scheduler's hiccup or the runtime's
+timed whole run, is not enough). Once every arm left has SAMPLES samples the cell settles on the fastest median, and on the baseline unless an arm
 beats it by MARGIN: closer than that is noise, and the reference has no overhead. A
 comparison that is close (within twice the margin) takes more samples first, up to MOST.
 
@@ -47,8 +54,8 @@ MODES = ("learn", "fixed", "off")
 DTYPES = ("float32", "float64")  # what auto learns for: the ULP bounds are for these
 FORMAT = 1
 LEARN_FROM = 4096  # elements: below, a call is too short for any backend to win it
-# A backend's first call in the process is a warm-up, not counted (imports, pools)...
-HOPELESS = 4.0  # ... unless this many times the baseline's median: dropped at once
+RUN = 2  # a backend's calls in a row, its turn; the first of them is not counted
+STRIKES = 2  # counted calls in a row slower than the baseline's median that drop an arm
 BEHIND, FAR = 1.5, 3.0  # an arm (the baseline too) this far behind the fastest: dropped
 NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried at first
 SAMPLES = 5  # per arm before settling...
@@ -80,7 +87,6 @@ _machine = None
 _dirty = False
 _saved_at = 0.0
 _floors: dict = {}  # function -> size below which the learner has nothing to try
-_warmed: set = set()  # backends whose first call in this process (the warm-up) is done
 _watchers: list = []  # called when a floor moves (the front ends' cached sizes)
 
 
@@ -124,48 +130,69 @@ class Cell:
         self.times = {a: [] for a in self.chains}
         self.dropped: set = set(skip)
         self.turn = 0
+        self.current, self.streak = None, 0  # the arm whose run goes on, its calls left
+        self.opening: set = set()  # arms whose next recorded call opens a run: not counted
+        self.warmed: set = set()  # arms whose first call in this cell is done
         self.learning = True
 
     def live(self):
         return [a for a in self.chains if a not in self.dropped]
 
     def pick(self):
-        """The arm the next call runs, in turn among those not dropped."""
+        """The arm the next call runs: each in turn among those not dropped, a backend for
+        RUN calls in a row (the baseline, which has no pool to wake, for one)."""
         with self.lock:
             arms = self.live()
+            if self.streak > 0 and self.current in arms:
+                self.streak -= 1
+                return self.current
             arm = arms[self.turn % len(arms)]
             self.turn += 1
+            again, self.current = arm == self.current, arm
+            if arm != self.baseline and (arm not in self.warmed or not (
+                    again or self._long())):
+                self.streak = RUN - 1
+                self.opening.add(arm)
             return arm
+
+    def _long(self):
+        base = self.times[self.baseline]
+        return bool(base) and _median(base) >= LONG
 
     def record(self, arm, seconds):
         """One call of ``arm`` took ``seconds``; True once the cell has settled."""
         with self.lock:
             if not self.learning or arm not in self.times or arm in self.dropped:
                 return False
-            base = self.times[self.baseline]
-            if arm not in _warmed and arm != self.baseline:
-                _warmed.add(arm)
-                # not counted (an import, a pool's start), unless hopeless even so
-                if base and seconds > HOPELESS * _median(base):
-                    self._lose((arm,))
-                    return self._decide()
-                return False
-            self.times[arm].append(seconds)
             self.work += seconds
-            if arm != self.baseline and base and seconds > _median(base):
+            if arm in self.opening:  # a run's first call: its pool woke, or it warms up
+                self.opening.discard(arm)
+                self.warmed.add(arm)
+                return False
+            mine = self.times[arm]
+            mine.append(seconds)
+            base = self.times[self.baseline]
+            if arm != self.baseline and base and len(mine) >= STRIKES and min(
+                    mine[-STRIKES:]) > _median(base):
                 self._lose((arm,))  # slower than the reference: not worth another call
             self._behind()
             return self._decide()
 
     def _behind(self):
         """Drop every arm, the baseline included, whose every call so far took BEHIND times
-        the median of the fastest arm timed twice, or FAR times an arm timed once: no
-        noise closes such a gap, and each further call of it would cost that much."""
+        the median of the fastest other arm (FAR times, for an arm timed fewer than STRIKES
+        times: one call may have met a scheduler's hiccup): no noise closes such a gap,
+        and each further call of it would cost that much."""
         timed = {a: self.times[a] for a in self.live() if self.times[a]}
         if len(timed) < 2:
             return
-        bar = min((BEHIND if len(t) >= 2 else FAR) * _median(t) for t in timed.values())
-        self._lose([a for a, t in timed.items() if min(t) > bar])
+        medians = {a: _median(t) for a, t in timed.items()}
+        lost = []
+        for a, t in timed.items():
+            best = min(m for b, m in medians.items() if b != a)
+            if min(t) > (BEHIND if len(t) >= STRIKES else FAR) * best:
+                lost.append(a)
+        self._lose(lost)
 
     def _lose(self, arms):
         """Drop ``arms``; the baseline comes back rather than no arm be left."""
@@ -186,7 +213,7 @@ class Cell:
         live = self.live()
         n = min(len(self.times[a]) for a in live)
         base_times = self.times[self.baseline]
-        if not base_times or n < (SAMPLES if _median(base_times) < LONG else LONG_SAMPLES):
+        if not base_times or n < (LONG_SAMPLES if self._long() else SAMPLES):
             return False
         med = {a: _median(self.times[a]) for a in live}
         best = min(live, key=med.get)
@@ -605,7 +632,6 @@ def _reset():
     cells.clear()
     settled.clear()
     _floors.clear()
-    _warmed.clear()
     _stored, _machine, _dirty = None, None, False
     for hook in _watchers:
         hook()
