@@ -5,22 +5,29 @@ A cell is (function, dtype, size class, layout class): size classes are a factor
 elements up, the first calls of a cell try its arms in turn, interleaved: the baseline
 (the reference called into the front end's output, or for reductions the numpy backend)
 and each backend whose kernel gives the row's promised result on this machine (the
-chains ``_selection`` builds; this module knows no backend). A backend's turn is a run of
-RUN calls in a row, and only the calls after the run's first are counted: the first
-follows other arms' calls, after which a backend's pool has parked (a settled cell runs
-its backend call after call, its pool awake), and an arm's very first call in a cell
-imports, starts pools and makes the runtime's first split of that size. Where the
-reference takes LONG seconds a pool's wake-up is small beside the call, and where one arm
-is left its calls follow each other: a turn is then one call, counted, after the arm's
-first (its warm-up). An arm whose two latest counted
-calls were both slower than the baseline's median is dropped at once, so that learning
-never strays far from the reference (one slow call, a scheduler's hiccup or the runtime's
-timed whole run, is not enough). Once every arm left has SAMPLES samples the cell settles on the fastest median, and on the baseline unless an arm
-beats it by MARGIN: closer than that is noise, and the reference has no overhead. A
-comparison that is close (within twice the margin) takes more samples first, up to MOST.
+chains ``_selection`` builds; this module knows no backend).
+
+A backend's turn is a run of RUN calls in a row, and only the calls after the run's
+first are counted: the first follows other arms' calls, after which a backend's pool has
+parked (a settled cell runs its backend call after call, its pool awake), and an arm's
+very first call in a cell imports, starts pools and makes the runtime's first split of
+that size. Where the reference takes LONG seconds a pool's wake-up is small beside the
+call, and where one arm is left its calls follow each other: a turn is then one call,
+counted, after the arm's first (its warm-up).
+
+An arm's time is its typical time, the lower quartile of its counted calls: noise on a
+shared machine only adds time. An arm whose two latest counted calls were both slower
+than the baseline's typical time is dropped at once, so that learning never strays far
+from the reference (one slow call, a scheduler's hiccup or the runtime's timed whole
+run, is not enough); so is one far behind the fastest (:meth:`Cell._behind`). Once
+every arm left has SAMPLES counted calls the cell settles on the fastest, and on the
+baseline unless an arm beats it by MARGIN: closer than that is noise, and the reference
+has no overhead. A comparison that is close (within twice the margin) takes more
+samples first, up to MOST.
 
 A settled cell costs a dict lookup and a decrement per call. After REVISIT calls it is
-learned again (only the arms that do not lose at once cost anything), the interval
+learned again (only the arms that do not lose at once cost anything, and those that lost
+by NEARBY times are tried at one revisit in RETRY_FAR only), the interval
 doubling while the choice holds, back to REVISIT when it changes or when the winner's
 time moves by half (a busy core, a laptop on battery). A change of the thread budget
 (``fastmath.dispatch._config.reload``) starts afresh.
@@ -57,7 +64,9 @@ LEARN_FROM = 4096  # elements: below, a call is too short for any backend to win
 RUN = 2  # a backend's calls in a row, its turn; the first of them is not counted
 STRIKES = 2  # counted calls in a row slower than the baseline's median that drop an arm
 BEHIND, FAR = 1.5, 3.0  # an arm (the baseline too) this far behind the fastest: dropped
+BEHIND_AFTER = 3  # ... BEHIND once timed this many times, FAR before
 NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried at first
+RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this many only
 SAMPLES = 5  # per arm before settling...
 LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG seconds
 # (a scheduler's hiccup is small beside such a call, and each extra call of a slower
@@ -122,6 +131,7 @@ class Cell:
         self.choice = None
         self.medians: dict = {}
         self.samples = 0
+        self.revisits = 0
         self.source = "learned here"
         self.when = None
         self._open()
@@ -157,7 +167,7 @@ class Cell:
 
     def _long(self):
         base = self.times[self.baseline]
-        return bool(base) and _median(base) >= LONG
+        return bool(base) and _typical(base) >= LONG
 
     def record(self, arm, seconds):
         """One call of ``arm`` took ``seconds``; True once the cell has settled."""
@@ -173,24 +183,24 @@ class Cell:
             mine.append(seconds)
             base = self.times[self.baseline]
             if arm != self.baseline and base and len(mine) >= STRIKES and min(
-                    mine[-STRIKES:]) > _median(base):
+                    mine[-STRIKES:]) > _typical(base):
                 self._lose((arm,))  # slower than the reference: not worth another call
             self._behind()
             return self._decide()
 
     def _behind(self):
         """Drop every arm, the baseline included, whose every call so far took BEHIND times
-        the median of the fastest other arm (FAR times, for an arm timed fewer than STRIKES
-        times: one call may have met a scheduler's hiccup): no noise closes such a gap,
-        and each further call of it would cost that much."""
+        the typical time of the fastest other arm (FAR times, for an arm timed fewer than
+        BEHIND_AFTER times: its first calls may have met a cold cache or a hiccup): no
+        noise closes such a gap, and each further call of it would cost that much."""
         timed = {a: self.times[a] for a in self.live() if self.times[a]}
         if len(timed) < 2:
             return
-        medians = {a: _median(t) for a, t in timed.items()}
+        medians = {a: _typical(t) for a, t in timed.items()}
         lost = []
         for a, t in timed.items():
             best = min(m for b, m in medians.items() if b != a)
-            if min(t) > (BEHIND if len(t) >= STRIKES else FAR) * best:
+            if min(t) > (BEHIND if len(t) >= BEHIND_AFTER else FAR) * best:
                 lost.append(a)
         self._lose(lost)
 
@@ -215,16 +225,17 @@ class Cell:
         base_times = self.times[self.baseline]
         if not base_times or n < (LONG_SAMPLES if self._long() else SAMPLES):
             return False
-        med = {a: _median(self.times[a]) for a in live}
+        med = {a: _typical(self.times[a]) for a in live}
         best = min(live, key=med.get)
-        base = _median(self.times[self.baseline])  # timed once at least, even if dropped
+        base = _typical(self.times[self.baseline])  # timed once at least, even if dropped
         ratio = base / med[best] if med[best] > 0 else 1.0  # a clock too coarse: a tie
         if 1 + MARGIN < ratio < 1 + 2 * MARGIN and n < MOST:
             return False  # close: more samples before noise decides it
         choice = best if ratio > 1 + MARGIN else self.baseline
         old, before = self.choice, self.medians.get(self.choice)
         self.choice, self.learning = choice, False
-        self.medians = {a: _median(t) for a, t in self.times.items() if t}
+        # (an arm that sat this learning out keeps its time from the last one)
+        self.medians = {**self.medians, **{a: _typical(t) for a, t in self.times.items() if t}}
         self.samples = n
         self.source = "learned here"
         self.when = wall()
@@ -238,10 +249,16 @@ class Cell:
         with self.lock:
             if self.learning:
                 return
-            self.work += calls * self.medians.get(self.choice, 0.0)
+            best = self.medians.get(self.choice, 0.0)
+            self.work += calls * best
             if fresh:
                 self.interval = REVISIT
-            self._open()
+            self.revisits += 1
+            # arms that lost by NEARBY times are tried at one revisit in RETRY_FAR: each
+            # costs a few calls even when it loses at once, a lot beside a short call
+            far = [a for a, t in self.medians.items() if a not in (self.baseline, self.choice)
+                   and best and t > NEARBY * best] if self.revisits % RETRY_FAR else []
+            self._open(far)
 
     def describe(self) -> dict:
         return {"state": "learning" if self.learning else "settled", "choice": self.choice,
@@ -250,10 +267,12 @@ class Cell:
                 "arms": list(self.chains), "deferred": list(self.deferred)}
 
 
-def _median(v):
-    s = sorted(v)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+def _typical(v):
+    """An arm's typical time: the lower quartile of its calls (the fastest of up to four,
+    the second fastest of five). Noise on a shared machine only adds time (a scheduler's
+    hiccup, a cold cache, the CPU's clock ramping up after a pause), often to more than
+    one call in five; one lucky call cannot make a winner of an arm."""
+    return sorted(v)[(len(v) - 1) // 4]
 
 
 class Timed:
@@ -365,7 +384,7 @@ def _settle(cell):
     if _log.logger.isEnabledFor(20):
         others = ", ".join(f"{a} {_us(t)}" for a, t in sorted(cell.medians.items(),
                                                              key=lambda kv: kv[1]))
-        _log.logger.info("auto learned %s(%s) at %d-%d elements%s: %s (medians of %d "
+        _log.logger.info("auto learned %s(%s) at %d-%d elements%s: %s (typical times of %d "
                          "calls: %s)", name, dtype, lo, hi - 1,
                          "" if layout == 0 else ", strided", cell.choice, cell.samples,
                          others)

@@ -64,8 +64,8 @@ class Explanation:
         if self.learned and self.learned.get("medians"):
             times = ", ".join(f"{k} {_fmt(v)}" for k, v in
                               sorted(self.learned["medians"].items(), key=lambda kv: kv[1]))
-            lines.append(f"  medians of up to {self.learned['samples']} calls each "
-                         f"(an arm slower than the reference stops at one): {times}")
+            lines.append(f"  typical times (lower quartiles) of up to {self.learned['samples']} "
+                         f"calls each (an arm slower than the reference stops early): {times}")
         if self.measured:
             times = ", ".join(f"{k} {_fmt(v)}" for k, v in
                               sorted(self.measured.items(), key=lambda kv: kv[1]))
