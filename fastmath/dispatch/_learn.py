@@ -13,7 +13,9 @@ parked (a settled cell runs its backend call after call, its pool awake), and an
 very first call in a cell imports, starts pools and makes the runtime's first split of
 that size. Where the reference takes LONG seconds a pool's wake-up is small beside the
 call, and where one arm is left its calls follow each other: a turn is then one call,
-counted, after the arm's first (its warm-up).
+counted, after the arm's first (its warm-up). Before each of the reference's calls the
+native runtime's spinning workers are parked: settled on the reference, no pool spins
+beside its calls (on a machine with a core taken, one spinning would slow it).
 
 An arm's time is its typical time, the lower quartile of its counted calls: noise on a
 shared machine only adds time. An arm whose two latest counted calls were both slower
@@ -79,6 +81,10 @@ DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (
 SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
 
 clock = time.perf_counter  # tests put a fake one in its place
+try:  # the native runtime's pool: its spinning workers park before the baseline's call
+    from ._runtime import rest as _rest
+except ImportError:  # built without a C compiler
+    _rest = None
 wall = time.time
 
 
@@ -337,6 +343,8 @@ def choose(key, spec, dtype, size, arms):
     if not cell.learning:  # settled by another thread just now
         return _chain_of(cell)
     arm = cell.pick()
+    if arm == "reference" and _rest is not None:
+        _rest()  # timed as it runs settled: no pool spinning beside it
     chain = cell.chains[arm]
     t = cell.timed.get(arm)
     if t is None:

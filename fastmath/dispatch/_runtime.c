@@ -109,6 +109,7 @@ static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER; /* held by the call using the pool */
 static fm_job *_Atomic current = NULL;
 static atomic_ulong generation = 0; /* one more per call started */
+static atomic_ulong rests = 0;      /* one more per rest(): the spinning workers park now */
 static atomic_int active = 0;       /* workers inside a call now */
 static atomic_int sleepers = 0;     /* workers parked (or about to park) */
 static int nworkers = 0;            /* started (under lock) */
@@ -154,6 +155,7 @@ static intptr_t run_pieces(fm_job *job)
 static void wait_for_call(unsigned long *seen)
 {
     long long limit = atomic_load_explicit(&spin_ns, memory_order_relaxed);
+    unsigned long rested = atomic_load_explicit(&rests, memory_order_relaxed);
     long long start = real_wall_ns();
     long long eager = start + (EAGER_NS < limit ? EAGER_NS : limit), until = start + limit;
     int yielding = 0;
@@ -161,6 +163,9 @@ static void wait_for_call(unsigned long *seen)
         if (atomic_load_explicit(&generation, memory_order_acquire) != *seen) {
             *seen = atomic_load(&generation);
             return;
+        }
+        if (atomic_load_explicit(&rests, memory_order_relaxed) != rested) {
+            break;
         }
         if (yielding) {
             sched_yield();
@@ -998,6 +1003,12 @@ static PyObject *py_threads(PyObject *self, PyObject *unused)
     return PyLong_FromLong(atomic_load(&nthreads));
 }
 
+static PyObject *py_rest(PyObject *self, PyObject *unused)
+{
+    atomic_fetch_add_explicit(&rests, 1, memory_order_relaxed);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_set_spin(PyObject *self, PyObject *args)
 {
     double s;
@@ -1170,6 +1181,8 @@ static PyMethodDef methods[] = {
      "alone: what one thread would have taken (< 0: not measured)"},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per call, 0: all cores"},
     {"threads", py_threads, METH_NOARGS, "threads per call, the caller included"},
+    {"rest", py_rest, METH_NOARGS,
+     "rest(): the workers spinning for the next call park now (the next call wakes them)"},
     {"set_spin", py_set_spin, METH_VARARGS,
      "set_spin(seconds) -> previous: how long a worker spins after a call before it parks"},
     {"set_pacing", py_set_pacing, METH_VARARGS,

@@ -319,6 +319,31 @@ def test_a_split_that_woke_a_parked_worker_is_not_judged(clocks):
     assert _runtime.pace(kernel._pace, x.size)["left"] >= 1
 
 
+def test_rest_parks_the_spinning_workers_at_once(fresh):
+    """``rest()`` (what auto's learning calls before timing the reference) parks workers
+    that spin for the next call, long before their spin would have run out; the next
+    call wakes them and computes as ever."""
+    before = _runtime.set_spin(1.0)
+    try:
+        for _ in range(200):  # the pool started and its workers spinning (a parked one
+            _runtime.fixed_cost(1, 0)  # takes up to a millisecond or more to wake here)
+            if _runtime.stats()["parked"] == 0:
+                break
+            time.sleep(0.01)
+        assert _runtime.stats()["parked"] == 0
+        start = time.monotonic()
+        _runtime.rest()
+        while _runtime.stats()["parked"] < _runtime.stats()["workers"]:
+            assert time.monotonic() - start < 0.8, "still spinning: rest() did not park it"
+            time.sleep(0.001)
+        x = np.random.default_rng(9).standard_normal(N)
+        out = np.empty_like(x)
+        _kernel()._compiled(x, out)
+        same(out, np.exp(x))
+    finally:
+        _runtime.set_spin(before)
+
+
 def test_no_flag_but_the_loops_reaches_the_caller(tmp_path):
     """The runtime's own bookkeeping (times per element, in floating point) once read
     fields a call that was not timed left unset: converting the garbage raised FE_INVALID
