@@ -310,18 +310,26 @@ def quiesce(limit=LIMIT) -> float:
             return now - start
 
 
-def measure(cols, x, rounds, target=TARGET, quiet=True):
+def measure(cols, x, rounds, target=TARGET, quiet=True, totals=None):
     """Median seconds per call of each column (rounds interleaved) and its max ULP error;
-    ``quiet``: each batch starts once the process is quiet (:func:`quiesce`)."""
+    ``quiet``: each batch starts once the process is quiet (:func:`quiesce`); ``totals``:
+    a dict that gets each column's (seconds, calls) over every call made here, the first
+    ones included (timed around each batch: nothing is wrapped around the calls)."""
     results = {}
     reps = {}
+    spent = {label: [0.0, 0] for label, _ in cols}
     for label, fn in cols:  # warm up (compiles, lazy imports, pools) and size the repeats
+        t = time.perf_counter()
         results[label] = fn(x)
+        spent[label][0] += time.perf_counter() - t
         if quiet:
             quiesce()
         t = time.perf_counter()
         fn(x)
-        reps[label] = max(1, min(10_000, int(target / max(time.perf_counter() - t, 1e-7))))
+        took = time.perf_counter() - t
+        spent[label][0] += took
+        spent[label][1] += 2
+        reps[label] = max(1, min(10_000, int(target / max(took, 1e-7))))
     expected = results[cols[0][0]]
     errors = {label: max_ulps(r, expected) for label, r in results.items()}
     del results
@@ -334,7 +342,12 @@ def measure(cols, x, rounds, target=TARGET, quiet=True):
             t = time.perf_counter()
             for _ in range(n):
                 fn(x)
-            samples[label].append((time.perf_counter() - t) / n)
+            took = time.perf_counter() - t
+            samples[label].append(took / n)
+            spent[label][0] += took
+            spent[label][1] += n
+    if totals is not None:
+        totals.update((label, tuple(v)) for label, v in spent.items())
     return {label: float(np.median(v)) for label, v in samples.items()}, errors
 
 

@@ -26,20 +26,6 @@ FASTEST = 1.05  # auto over the fastest forced backend, at most
 REFERENCE = 1.03  # auto over NumPy/SciPy, at most
 
 
-class _Counted:
-    """``fn``, with the time and number of its calls counted (for a pass's total)."""
-
-    def __init__(self, fn):
-        self.fn, self.seconds, self.calls = fn, 0.0, 0
-
-    def __call__(self, x):
-        start = time.perf_counter()
-        result = self.fn(x)
-        self.seconds += time.perf_counter() - start
-        self.calls += 1
-        return result
-
-
 def _forced_lse(backend):
     def run(a):
         import fastmath
@@ -50,7 +36,7 @@ def _forced_lse(backend):
 
 
 def columns(name, backends):
-    """(label, callable): NumPy/SciPy, auto (counted), each forced backend."""
+    """(label, callable): NumPy/SciPy, auto, each forced backend."""
     import scipy.special
 
     import fastmath
@@ -66,7 +52,6 @@ def columns(name, backends):
         ref = getattr(scipy.special, name) if name == "erf" else getattr(np, name)
         cols = [("numpy/scipy", ref), ("fastmath auto", getattr(fastmath, name))]
         forced = {f"fastmath {b}": _peers._forced(b)(name) for b in backends}
-    cols[1] = ("fastmath auto", _Counted(cols[1][1]))
     return cols + [(label, fn) for label, fn in forced.items() if fn is not None]
 
 
@@ -86,8 +71,9 @@ def one_pass(grid, backends, rounds, target, out=print, label=""):
     for name, dtype, n in grid:
         x = _peers._input(name, (n,), dtype, rng)
         cols = columns(name, backends)
-        times, _ = _peers.measure(cols, x, rounds, target)
-        auto = dict(cols)["fastmath auto"]
+        spent = {}
+        times, _ = _peers.measure(cols, x, rounds, target, totals=spent)
+        seconds, calls = spent["fastmath auto"]
         forced = {k: v for k, v in times.items() if k.startswith("fastmath ")
                   and k != "fastmath auto"}
         best = min(forced, key=forced.get) if forced else "numpy/scipy"
@@ -97,7 +83,7 @@ def one_pass(grid, backends, rounds, target, out=print, label=""):
                "auto_over_fastest_forced": times["fastmath auto"] / times.get(best, times[
                    "numpy/scipy"]),
                "auto_over_reference": times["fastmath auto"] / times["numpy/scipy"],
-               "auto_mean": auto.seconds / max(auto.calls, 1), "auto_calls": auto.calls,
+               "auto_mean": seconds / max(calls, 1), "auto_calls": calls,
                "choice": e.backend, "how": e.how}
         total += row["auto_mean"]
         rows.append(row)
