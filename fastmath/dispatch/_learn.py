@@ -18,10 +18,10 @@ native runtime's spinning workers are parked: settled on the reference, no pool 
 beside its calls (on a machine with a core taken, one spinning would slow it).
 
 An arm's time is its typical time, the lower quartile of its counted calls: noise on a
-shared machine only adds time. An arm whose two latest counted calls were both slower
-than the baseline's typical time is dropped at once, so that learning never strays far
-from the reference (one slow call, a scheduler's hiccup or the runtime's timed whole
-run, is not enough); so is one far behind the fastest (:meth:`Cell._behind`). Once
+shared machine only adds time. An arm whose typical time after two counted calls or more
+is slower than the baseline's is dropped at once, so that learning never strays far
+from the reference (one slow call, a scheduler's hiccup or one of the runtime's whole
+runs that time a kernel or follow a lost split, is not enough); so is one far behind the fastest (:meth:`Cell._behind`). Once
 every arm left has SAMPLES counted calls the cell settles on the fastest, and on the
 baseline unless an arm beats it by MARGIN: closer than that is noise, and the reference
 has no overhead. A comparison that is close (within twice the margin) takes more
@@ -64,7 +64,7 @@ DTYPES = ("float32", "float64")  # what auto learns for: the ULP bounds are for 
 FORMAT = 1
 LEARN_FROM = 4096  # elements: below, a call is too short for any backend to win it
 RUN = 2  # a backend's calls in a row, its turn; the first of them is not counted
-STRIKES = 2  # counted calls in a row slower than the baseline's median that drop an arm
+STRIKES = 2  # counted calls after which an arm slower than the baseline is dropped
 BEHIND, FAR = 1.5, 3.0  # an arm (the baseline too) this far behind the fastest: dropped
 BEHIND_AFTER = 3  # ... BEHIND once timed this many times, FAR before
 NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried at first
@@ -188,8 +188,8 @@ class Cell:
             mine = self.times[arm]
             mine.append(seconds)
             base = self.times[self.baseline]
-            if arm != self.baseline and base and len(mine) >= STRIKES and min(
-                    mine[-STRIKES:]) > _typical(base):
+            if arm != self.baseline and base and len(mine) >= STRIKES and _typical(
+                    mine) > _typical(base):
                 self._lose((arm,))  # slower than the reference: not worth another call
             self._behind()
             return self._decide()

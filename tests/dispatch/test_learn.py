@@ -132,6 +132,28 @@ def test_one_slow_call_does_not_drop_an_arm(learn):
     assert settled_on() == "fast"
 
 
+def test_a_backend_with_some_whole_runs_is_judged_by_its_typical_time(learn):
+    """The numpy backend runs some calls whole (to time the kernel, or for a while after
+    a split that lost): two of them in a row do not drop it while its typical time is
+    the reference's better."""
+    arms = Arms(learn, {"reference": 10e-6, "paced": 5e-6})
+    # each turn's first call (30 us) is not counted; the counted ones: 5, 12, 12, 5, 5 us
+    costs = iter([30e-6, 5e-6, 30e-6, 12e-6, 30e-6, 12e-6] + [30e-6, 5e-6] * 50)
+
+    def kernel(arm, spec, real=arms.kernel):
+        k = real(arm, spec)
+        if arm != "paced":
+            return k
+
+        def paced(x, out):
+            arms.costs["paced"] = next(costs)
+            return k(x, out)
+        return paced
+    arms.kernel = kernel
+    run(arms, 60)
+    assert settled_on() == "paced"
+
+
 def test_a_runs_first_call_is_not_counted(learn):
     """A backend's pool parks while other arms run: the first call of each of its turns
     pays the wake-up and is not counted, the next ones (as a settled cell runs) are."""
