@@ -27,6 +27,11 @@ baseline unless an arm beats it by MARGIN: closer than that is noise, and the re
 has no overhead. A comparison that is close (within twice the margin) takes more
 samples first, up to MOST.
 
+A new cell starts without the arms that lost by NEARBY times in the nearest class learned,
+and without the baseline where it lost there by BASELINE_NEARBY times (then the fastest
+arm wins: the baseline's calls can take a fifth of a second); the first revisit tries
+them all.
+
 A settled cell costs a dict lookup and a decrement per call. After REVISIT calls it is
 learned again (only the arms that do not lose at once cost anything, and those that lost
 by NEARBY times are tried at one revisit in RETRY_FAR only), the interval
@@ -69,6 +74,7 @@ BEHIND, FAR = 1.5, 3.0  # an arm (the baseline too) this far behind the fastest:
 BEHIND_AFTER = 3  # ... BEHIND once timed this many times, FAR before
 NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried at first
 RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this many only
+BASELINE_NEARBY = 3.0  # the baseline this far behind in the nearest class: not tried at first
 SAMPLES = 5  # per arm before settling...
 LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG seconds
 # (a scheduler's hiccup is small beside such a call, and each extra call of a slower
@@ -172,8 +178,10 @@ class Cell:
             return arm
 
     def _long(self):
-        base = self.times[self.baseline]
-        return bool(base) and _typical(base) >= LONG
+        """Whether the calls take LONG seconds: the baseline's, or where it sits out
+        (:func:`_lost_nearby`) the first arm timed."""
+        t = self.times[self.baseline] or next((v for v in self.times.values() if v), None)
+        return bool(t) and _typical(t) >= LONG
 
     def record(self, arm, seconds):
         """One call of ``arm`` took ``seconds``; True once the cell has settled."""
@@ -229,15 +237,20 @@ class Cell:
         live = self.live()
         n = min(len(self.times[a]) for a in live)
         base_times = self.times[self.baseline]
-        if not base_times or n < (LONG_SAMPLES if self._long() else SAMPLES):
+        # the baseline sat out (it lost by far in the nearest class): the fastest arm wins
+        skipped = not base_times and self.baseline in self.dropped
+        if not (base_times or skipped) or n < (LONG_SAMPLES if self._long() else SAMPLES):
             return False
         med = {a: _typical(self.times[a]) for a in live}
         best = min(live, key=med.get)
-        base = _typical(self.times[self.baseline])  # timed once at least, even if dropped
-        ratio = base / med[best] if med[best] > 0 else 1.0  # a clock too coarse: a tie
-        if 1 + MARGIN < ratio < 1 + 2 * MARGIN and n < MOST:
-            return False  # close: more samples before noise decides it
-        choice = best if ratio > 1 + MARGIN else self.baseline
+        if skipped:
+            choice = best
+        else:
+            base = _typical(base_times)  # timed once at least, even if dropped
+            ratio = base / med[best] if med[best] > 0 else 1.0  # a coarse clock: a tie
+            if 1 + MARGIN < ratio < 1 + 2 * MARGIN and n < MOST:
+                return False  # close: more samples before noise decides it
+            choice = best if ratio > 1 + MARGIN else self.baseline
         old, before = self.choice, self.medians.get(self.choice)
         self.choice, self.learning = choice, False
         # (an arm that sat this learning out keeps its time from the last one)
@@ -330,7 +343,7 @@ def choose(key, spec, dtype, size, arms):
                 if _restore(cell) or _calibrated(cell, *arms.guess(spec, dtype, size)):
                     cells[key] = cell
                     return _chain_of(cell)
-                cell.dropped.update(_lost_nearby(key, cell))
+                cell._lose(_lost_nearby(key, cell))
                 cells[key] = cell
     s = settled.get(key)
     if s is not None:
@@ -354,8 +367,9 @@ def choose(key, spec, dtype, size, arms):
 
 def _lost_nearby(key, cell):
     """The arms that lost by NEARBY times to the winner in the nearest settled size class
-    of the same function, dtype and layout (at most two classes away): not tried here
-    until the first revisit, which tries every arm."""
+    of the same function, dtype and layout (at most two classes away), and the baseline
+    if it lost there by BASELINE_NEARBY times (SciPy's erf at 10^7 elements takes 0.2 s,
+    ten times VML's): not tried here until the first revisit, which tries every arm."""
     name, dtype, c, layout = key
     near = [k for k, other in list(cells.items()) if k[:2] == key[:2] and k[3] == layout
             and abs(k[2] - c) <= 2 and not other.learning and other.medians]
@@ -365,8 +379,8 @@ def _lost_nearby(key, cell):
     best = other.medians.get(other.choice)
     if not best:
         return ()
-    return [a for a, t in other.medians.items()
-            if a in cell.chains and a != cell.baseline and t > NEARBY * best]
+    return [a for a, t in other.medians.items() if a in cell.chains and t > (
+        BASELINE_NEARBY if a == cell.baseline else NEARBY) * best]
 
 
 def _admit(cell, spec, dtype, arms):

@@ -195,6 +195,31 @@ def test_the_nearest_class_learned_prunes(learn):
     assert settled_on(n=big) == "numpy"
 
 
+def test_a_reference_far_behind_in_the_nearest_class_sits_out(learn):
+    """SciPy's erf at 10^7 elements takes 0.2 s, ten times VML's: where the reference lost
+    by BASELINE_NEARBY times in the nearest class learned, a new class starts without it
+    (the fastest arm wins) and tries it again at its first revisit."""
+    arms = Arms(learn, {"reference": 100e-6, "fast": 10e-6, "close": 12e-6})
+    run(arms, 60)
+    assert settled_on() == "fast" and "reference" in arms.ran
+    arms.ran.clear()
+    big = 1 << 18  # two classes up
+    run(arms, 60, n=big)
+    assert "reference" not in arms.ran and settled_on(n=big) == "fast"
+    cell = _learn.cells["exp", "float64", _learn.size_class(big), 0]
+    run(arms, cell.interval + 10, n=big)
+    assert "reference" in arms.ran and settled_on(n=big) == "fast"  # its revisit
+
+
+def test_a_reference_close_in_the_nearest_class_is_tried(learn):
+    arms = Arms(learn, {"reference": 15e-6, "fast": 10e-6})
+    run(arms, 60)
+    assert settled_on() == "fast"
+    arms.ran.clear()
+    run(arms, 3, n=1 << 18)
+    assert arms.ran[0] == "reference"
+
+
 def test_long_calls_settle_on_fewer_samples_a_call_a_turn(learn):
     """Where the reference takes LONG seconds a pool's wake-up is small beside a call:
     after its warm-up a backend's every call counts."""
