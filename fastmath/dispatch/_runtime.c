@@ -109,7 +109,8 @@ static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER; /* held by the call using the pool */
 static fm_job *_Atomic current = NULL;
 static atomic_ulong generation = 0; /* one more per call started */
-static atomic_ulong rests = 0;      /* one more per rest(): the spinning workers park now */
+/* rest(): the call after which the workers park at once (no spin), until the next one */
+static atomic_ulong rested = (unsigned long)-1;
 static atomic_int active = 0;       /* workers inside a call now */
 static atomic_int sleepers = 0;     /* workers parked (or about to park) */
 static int nworkers = 0;            /* started (under lock) */
@@ -155,7 +156,6 @@ static intptr_t run_pieces(fm_job *job)
 static void wait_for_call(unsigned long *seen)
 {
     long long limit = atomic_load_explicit(&spin_ns, memory_order_relaxed);
-    unsigned long rested = atomic_load_explicit(&rests, memory_order_relaxed);
     long long start = real_wall_ns();
     long long eager = start + (EAGER_NS < limit ? EAGER_NS : limit), until = start + limit;
     int yielding = 0;
@@ -164,8 +164,8 @@ static void wait_for_call(unsigned long *seen)
             *seen = atomic_load(&generation);
             return;
         }
-        if (atomic_load_explicit(&rests, memory_order_relaxed) != rested) {
-            break;
+        if (atomic_load_explicit(&rested, memory_order_relaxed) == *seen) {
+            break; /* rest() since the last call: park now */
         }
         if (yielding) {
             sched_yield();
@@ -1005,7 +1005,7 @@ static PyObject *py_threads(PyObject *self, PyObject *unused)
 
 static PyObject *py_rest(PyObject *self, PyObject *unused)
 {
-    atomic_fetch_add_explicit(&rests, 1, memory_order_relaxed);
+    atomic_store_explicit(&rested, atomic_load(&generation), memory_order_relaxed);
     Py_RETURN_NONE;
 }
 
