@@ -324,12 +324,14 @@ def measure(cols, x, rounds, target=TARGET, quiet=True, totals=None):
         spent[label][0] += time.perf_counter() - t
         if quiet:
             quiesce()
-        t = time.perf_counter()
-        fn(x)
-        took = time.perf_counter() - t
-        spent[label][0] += took
-        spent[label][1] += 2
-        reps[label] = max(1, min(10_000, int(target / max(took, 1e-7))))
+        took = []
+        for _ in range(SIZING):
+            t = time.perf_counter()
+            fn(x)
+            took.append(time.perf_counter() - t)
+        spent[label][0] += sum(took)
+        spent[label][1] += 1 + SIZING
+        reps[label] = _reps(target, min(took))
     expected = results[cols[0][0]]
     errors = {label: max_ulps(r, expected) for label, r in results.items()}
     del results
@@ -346,9 +348,19 @@ def measure(cols, x, rounds, target=TARGET, quiet=True, totals=None):
             samples[label].append(took / n)
             spent[label][0] += took
             spent[label][1] += n
+            # the next batch lasts about `target` too (one slow sizing call, a column that
+            # was learning then, once made batches so short that their cold start counted)
+            reps[label] = _reps(target, float(np.median(samples[label])))
     if totals is not None:
         totals.update((label, tuple(v)) for label, v in spent.items())
     return {label: float(np.median(v)) for label, v in samples.items()}, errors
+
+
+SIZING = 3  # calls timed one by one to size a column's batches: the fastest counts
+
+
+def _reps(target, per_call):
+    return max(1, min(10_000, int(target / max(per_call, 1e-7))))
 
 
 def cells(functions=FUNCTIONS, dtypes=DTYPES, sizes=SIZES, lse_cases=LSE_CASES):

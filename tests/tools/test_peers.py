@@ -154,3 +154,22 @@ def test_measure_totals_every_call_of_each_column_without_wrapping_them():
     assert {k: v[1] for k, v in totals.items()} == calls
     assert all(seconds > 0 for seconds, _ in totals.values())
     assert set(times) == {"a", "b"}
+
+
+def test_a_slow_first_call_does_not_make_a_columns_batches_short(monkeypatch):
+    """A column's batches are sized on the fastest of its first calls and then on its
+    median so far: one slow call (a column still learning) once made every batch of it a
+    few calls long, and their cold starts (after each quiet wait) counted against it."""
+    clock = FakeClock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    costs = iter([1e-6] + [50e-6] + [1e-6] * 100_000)  # its first timed call is slow
+    calls = []
+
+    def column(x):
+        calls.append(1)
+        clock.advance(next(costs))
+        return x
+    totals = {}
+    _peers.measure([("a", column)], np.zeros(3), 3, target=1e-3, quiet=False, totals=totals)
+    # sized on the fastest of the first calls: about target / 1 us calls a batch
+    assert totals["a"][1] >= 3 * 900
