@@ -108,6 +108,7 @@ _machine = None
 _dirty = False
 _saved_at = 0.0
 _floors: dict = {}  # function -> size below which the learner has nothing to try
+_dtype_floors: dict = {}  # function -> {dtype: its own floor, where above the function's}
 _watchers: list = []  # called when a floor moves (the front ends' cached sizes)
 
 
@@ -460,22 +461,32 @@ def floor(name: str) -> int:
     return _floors.get(name, LEARN_FROM)
 
 
+def dtype_floors(name: str) -> dict:
+    """{dtype name: size}: for a dtype met, the size below which its calls of ``name``
+    have nothing to learn, where that is above :func:`floor` (``small_sizes``)."""
+    return _dtype_floors.get(name, {})
+
+
 def _move_floor(name):
     """Put ``name``'s floor past the largest size class where NumPy/SciPy won for every
     dtype met (contiguous), but not above the smallest where a backend runs, learning
     goes on, or the table runs a backend for a dtype not met yet. Calls below it take the
     front ends' fast path, which serves every dtype: the reference (size classes below
     the floor that no call met are not learned, and those settled on the reference are
-    not revisited)."""
+    not revisited). A dtype whose own classes are the reference's further up gets a
+    floor of its own (:func:`dtype_floors`), which the fast paths look up by dtype."""
     starts, done, seen = [], {}, set()
+    own_starts, own_done = {}, {}  # the same, dtype by dtype
     for key, cell in list(cells.items()):
         if key[0] != name:
             continue
         seen.add(key[1])
         if cell.learning or cell.choice != "reference":
             starts.append(class_bounds(key[2])[0])
+            own_starts.setdefault(key[1], []).append(class_bounds(key[2])[0])
         elif key[3] == 0:
             done.setdefault(key[2], set()).add(key[1])
+            own_done.setdefault(key[1], []).append(class_bounds(key[2])[1])
     # a class is the reference's for the fast path once every dtype met learned it so...
     f = max((class_bounds(c)[1] for c, dts in done.items() if dts >= seen),
             default=LEARN_FROM)
@@ -485,8 +496,17 @@ def _move_floor(name):
         starts += [n for n, names in (e.rows if e is not None else ()) if names][:1]
     if starts:
         f = max(LEARN_FROM, min(starts + [f]))
-    if f != floor(name):
+    # a dtype whose own classes are the reference's further up has a floor of its own
+    # there (float32 may learn the reference where float64 gains from a backend)
+    own = {}
+    for dtype in seen:
+        g = max(own_done.get(dtype, ()), default=LEARN_FROM)
+        g = max(LEARN_FROM, min(own_starts.get(dtype, []) + [g]))
+        if g > f:
+            own[dtype] = g
+    if f != floor(name) or own != dtype_floors(name):
         _floors[name] = f
+        _dtype_floors[name] = own
         for hook in _watchers:
             hook()
 
@@ -673,6 +693,7 @@ def _reset():
     cells.clear()
     settled.clear()
     _floors.clear()
+    _dtype_floors.clear()
     _stored, _machine, _dirty = None, None, False
     for hook in _watchers:
         hook()

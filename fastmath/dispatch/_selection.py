@@ -449,6 +449,15 @@ def small_size(spec) -> int:
     return _learn.floor(spec.name)
 
 
+def small_sizes(spec) -> dict:
+    """{numpy dtype: size}: below these sizes ``auto`` calls the reference directly for
+    operands of that dtype, where that is above :func:`small_size` (a dtype whose calls
+    ``auto`` learned to leave to the reference further up than another's)."""
+    if not _learn_state.on or _calibration.smallest(spec.name) < _LEARN_FROM:
+        return {}
+    return {np.dtype(d): n for d, n in _learn.dtype_floors(spec.name).items()}
+
+
 def on_small_changed(hook) -> None:
     """Register a callable run when :func:`small_size` may have changed (``auto`` has
     learned that a size class is the reference's): front ends that cache it forget it."""

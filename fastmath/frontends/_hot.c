@@ -10,7 +10,8 @@
  * date (Ufunc._small, Ufunc._ref): the reference, the size below which ``auto`` calls
  * it, the types of one element (empty while one element is not below that size), the
  * Python fast path, the number of operands, numpy.ndarray, the backend context variable,
- * the selection state, "auto" and the traceback trimmer. Any call it does not answer, and
+ * the selection state, "auto" and the traceback trimmer (and, at the end, the sizes by
+ * dtype below which ``auto`` calls the reference too, Ufunc._smalls). Any call it does not answer, and
  * every call while a profiler or tracer watches this thread (so that they see fastmath's
  * frames), goes to the Python fast path, which decides exactly as before.
  *
@@ -26,7 +27,7 @@
 #include <numpy/arrayobject.h>
 
 enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
-       LEAN, NUMPY, SERIAL, UNARY, NSTATE };
+       LEAN, NUMPY, SERIAL, UNARY, SMALLS, NSTATE };
 
 /* LEAN's entries: (dtype, loops, pace, smallest size on the runtime, largest size, the
  * result's dtype) */
@@ -173,7 +174,18 @@ small_operands(PyObject *const *s, PyObject *const *args, Py_ssize_t nargs)
                 size *= PyArray_DIMS(a)[d];
             }
             if (size >= small) {
-                return 0;
+                /* SMALLS: {dtype: size}, where auto learned the reference further up for
+                 * that dtype than for another */
+                PyObject *own = PyDict_Check(s[SMALLS])
+                    ? PyDict_GetItemWithError(s[SMALLS], (PyObject *)PyArray_DESCR(a)) : NULL;
+                Py_ssize_t limit = own != NULL ? PyLong_AsSsize_t(own) : -1;
+                if (limit == -1) {
+                    PyErr_Clear();
+                    return 0;
+                }
+                if (size >= limit) {
+                    return 0;
+                }
             }
         }
         else {

@@ -224,6 +224,8 @@ def fill_small(f, spec) -> None:
     and when logging is switched on or off (_log.on_route)."""
     if not _log.state.on:
         f._small = _selection.small_size(spec)
+        if isinstance(getattr(type(f), "_smalls", None), property):
+            f._smalls = _selection.small_sizes(spec)
 
 
 def _route(f, xs, args, kwargs, reference):

@@ -28,18 +28,22 @@ _state = _selection.state
 _log_state = _log.state
 _instances: list = []
 _LEAN = 10  # the index of _hot.c's list of the calls it makes itself
+_SMALLS = 14  # ... and of its sizes by dtype
 _by_name: dict = {}  # registry name -> its instance: what a pickled one is found by
 _BIG = 1 << 62
 # types whose value is one element: sized without a call on the fast path
 _ONE = dict.fromkeys((float, int, complex, bool, *{np.dtype(c).type for c in "?bhilqBHILQefdgFDG"}), 1)
 
 
-def _short(xs, small) -> bool:
-    """Whether every operand is a scalar, 0-d or small array, or a short flat list."""
+def _short(xs, small, smalls) -> bool:
+    """Whether every operand is a scalar, 0-d or small array, or a short flat list
+    (``smalls``: {dtype: size}, an array of that dtype below it is small too)."""
     for x in xs:
         tx = type(x)
         if tx is _ndarray:
             n = x.size
+            if n >= small and n < smalls.get(x.dtype, 0):
+                continue
         elif tx is list:
             n = len(x) if not x or type(x[0]) in _ONE else _BIG
         else:
@@ -112,9 +116,9 @@ class Ufunc(functools.partial):
             # _hot.c's order: reference, small, ones, fallback, operands, ndarray, the
             # backend context variable, the selection state, "auto", the trimmer, the
             # numpy backend's calls it makes itself (_remember_lean), "numpy", the
-            # one-thread context variable, the runtime's call
+            # one-thread context variable, the runtime's call, the sizes by dtype (_smalls)
             native = [None, 0, {}, fast, cls._nin, _ndarray, _selection._scoped, _state, "auto",
-                      _frames.trim_all, [], "numpy", _parallel.serial, _runtime_unary]
+                      _frames.trim_all, [], "numpy", _parallel.serial, _runtime_unary, {}]
             entry = _native_hot(native)
         self.__setstate__((entry, (), {}, None))  # (this empties the instance's __dict__)
         self._cells = dict(zip(fast.__code__.co_freevars, fast.__closure__))
@@ -144,14 +148,14 @@ class Ufunc(functools.partial):
 
     def _hot(self):
         """The function a call runs: the fast path, else ``_call``."""
-        small, ones, ref = 0, {}, None
+        small, ones, ref, smalls = 0, {}, None, {}
 
         def fast(x, /, *args, **kwargs):
             # The hot path: the arguments are numpy's (see __signature__), parsed only
             # off this path. Each test here costs a sizeable part of NumPy's own scalar
             # call, so a scalar's is one lookup of its type (``ones``), not a size.
-            if (((t := type(x)) is _ndarray and x.size < small) or t in ones) and not (
-                    args or kwargs):
+            if (((t := type(x)) is _ndarray and (x.size < small or x.size < smalls.get(
+                    x.dtype, 0))) or t in ones) and not (args or kwargs):
                 scoped = _scoped_get()
                 if (_state.default if scoped is None else scoped) == "auto":
                     return ref(x)
@@ -173,12 +177,25 @@ class Ufunc(functools.partial):
         if self._native is not None:
             self._native[1:3] = v, ones
 
+    def _set_smalls(self, v):
+        if "smalls" in self._cells:  # (the two-operand and plain functions' fast paths
+            self._cells["smalls"].cell_contents = v  # in Python have none)
+        if self._native is not None:
+            self._native[_SMALLS] = v
+
+    def _get_smalls(self):
+        cell = self._cells.get("smalls")
+        return {} if cell is None else cell.cell_contents
+
     def _set_ref(self, v):
         self._cells["ref"].cell_contents = v
         if self._native is not None:
             self._native[0] = v
 
     _small = property(lambda self: self._cells["small"].cell_contents, _set_small)
+    # {dtype: size}: an array of that dtype below it is small too (auto learned that its
+    # calls are the reference's further up than another dtype's)
+    _smalls = property(_get_smalls, _set_smalls)
     _ref = property(lambda self: self._cells["ref"].cell_contents, _set_ref)
 
     @property
@@ -235,7 +252,7 @@ class Ufunc(functools.partial):
         if sel == "auto":
             if not self._small:
                 _pipeline.fill_small(self, self._spec)
-            if not args and not kwargs and _short(xs, self._small):
+            if not args and not kwargs and _short(xs, self._small, self._smalls):
                 return self._ref(*xs)
         elif (sel == "numpy" and self._native is not None and len(xs) == 1
               and type(xs[0]) is _ndarray and xs[0].dtype not in self._lean_seen):
@@ -296,6 +313,8 @@ class Ufunc(functools.partial):
 def _forget_small():
     for u in _instances:
         u._small = 0
+        if isinstance(u, Ufunc):
+            u._smalls = {}
         forget = getattr(u, "_forget_lean", None)  # (the reductions' caches have none)
         if forget is not None:
             forget()

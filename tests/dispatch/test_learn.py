@@ -443,6 +443,42 @@ def test_a_size_class_learned_as_the_reference_takes_the_fast_path(learn, monkey
     assert _selection.small_size(BY_NAME["exp"]) == table
 
 
+def test_a_dtype_learned_as_the_reference_takes_the_fast_path_alone(learn, monkeypatch):
+    """float32 may learn the reference where float64 gains from a backend: float32's
+    calls of that size class then take the front end's fast path (the C one too), which
+    costs a tenth of the way through the learned table, while float64's keep its choice."""
+    by_dtype = {"float64": Arms(learn, {"reference": 10e-6, "numpy": 3e-6}),
+                "float32": Arms(learn, {"reference": 3e-6, "numpy": 10e-6})}
+
+    class Both:
+        def __call__(self, spec, dtype):
+            return by_dtype[dtype](spec, dtype)
+
+        def build(self, spec, dtype, arm):
+            return by_dtype[dtype].build(spec, dtype, arm)
+
+        def guess(self, spec, dtype, size):
+            return by_dtype[dtype].guess(spec, dtype, size)
+    monkeypatch.setattr(_selection, "arms", Both())
+    x64 = np.linspace(0.1, 1, N)
+    x32 = x64.astype(np.float32)
+    for _ in range(60):
+        fastmath.exp(x64)
+        fastmath.exp(x32)
+    assert settled_on() == "numpy" and settled_on(dtype="float32") == "reference"
+    spec = BY_NAME["exp"]
+    assert _selection.small_size(spec) <= N  # float64 runs numpy there
+    assert _selection.small_sizes(spec) == {
+        np.dtype(np.float32): _learn.class_bounds(_learn.size_class(N))[1]}
+    planned = []
+    real = _selection.plan
+    monkeypatch.setattr(_selection, "plan", lambda *a: planned.append(a[1]) or real(*a))
+    for _ in range(5):
+        assert_same(fastmath.exp(x32), np.exp(x32))
+        assert_same(fastmath.exp(x64), np.exp(x64))
+    assert planned == ["float64"] * 5
+
+
 def test_only_the_dtypes_with_ulp_bounds_are_learned(learn):
     x = np.linspace(0.1, 1, N).astype(np.float16)
     for _ in range(5):
