@@ -64,6 +64,21 @@ class Arms:
     def build(self, spec, dtype, arm):
         return ((arm, self.kernel(arm, spec)),)
 
+    def script(self, arm, costs):
+        """``arm``'s calls take ``costs`` (seconds) in turn, then the last of them."""
+        costs, real = iter(costs), self.kernel
+
+        def kernel(name, spec):
+            k = real(name, spec)
+            if name != arm:
+                return k
+
+            def scripted(x, out):
+                self.costs[arm] = next(costs, self.costs[arm])
+                return k(x, out)
+            return scripted
+        self.kernel = kernel
+
 
 def run(arms, calls, name="exp", n=N, dtype="float64"):
     """``calls`` calls of fastmath.<name> through auto's plan with ``arms``; the last chain."""
@@ -116,18 +131,7 @@ def test_one_slow_call_does_not_drop_an_arm(learn):
     """A scheduler's hiccup, or the runtime's timed whole run, makes one call slow: the
     arm stays, and its median decides."""
     arms = Arms(learn, {"reference": 10e-6, "fast": 5e-6})
-    costs = iter([5e-6, 25e-6] + [5e-6] * 100)  # its warm-up, then one slow counted call
-
-    def kernel(arm, spec, real=arms.kernel):
-        k = real(arm, spec)
-        if arm != "fast":
-            return k
-
-        def once_slow(x, out):
-            arms.costs["fast"] = next(costs)
-            return k(x, out)
-        return once_slow
-    arms.kernel = kernel
+    arms.script("fast", [5e-6, 25e-6] + [5e-6] * 100)  # its warm-up, then one slow counted call
     run(arms, 60)
     assert settled_on() == "fast"
 
@@ -138,18 +142,7 @@ def test_a_backend_with_some_whole_runs_is_judged_by_its_typical_time(learn):
     the reference's better."""
     arms = Arms(learn, {"reference": 10e-6, "paced": 5e-6})
     # each turn's first call (30 us) is not counted; the counted ones: 5, 12, 12, 5, 5 us
-    costs = iter([30e-6, 5e-6, 30e-6, 12e-6, 30e-6, 12e-6] + [30e-6, 5e-6] * 50)
-
-    def kernel(arm, spec, real=arms.kernel):
-        k = real(arm, spec)
-        if arm != "paced":
-            return k
-
-        def paced(x, out):
-            arms.costs["paced"] = next(costs)
-            return k(x, out)
-        return paced
-    arms.kernel = kernel
+    arms.script("paced", [30e-6, 5e-6, 30e-6, 12e-6, 30e-6, 12e-6] + [30e-6, 5e-6] * 50)
     run(arms, 60)
     assert settled_on() == "paced"
 
@@ -275,18 +268,8 @@ def test_a_close_win_takes_more_samples_before_it_counts(learn):
 def test_noise_cannot_fake_a_winner(learn):
     """One lucky call of an arm that is really slower does not make it the choice."""
     arms = Arms(learn, {"reference": 10e-6, "other": 10e-6})
-    calls = iter([1e-6] + [12e-6] * 100)  # its first counted call is lucky
-
-    def kernel(arm, spec, real=arms.kernel):
-        k = real(arm, spec)
-        if arm != "other":
-            return k
-
-        def lucky(x, out):
-            arms.costs["other"] = next(calls)
-            return k(x, out)
-        return lucky
-    arms.kernel = kernel
+    # its turn's first call is not counted; the first counted one is lucky
+    arms.script("other", [12e-6, 1e-6] + [12e-6] * 100)
     run(arms, 40)
     assert settled_on() == "reference"
 
@@ -309,18 +292,7 @@ def test_slow_first_calls_of_the_reference_do_not_make_a_winner(learn):
     and a backend really slower than the reference loses even to a reference whose first
     two calls were slow."""
     arms = Arms(learn, {"reference": 10e-6, "numpy": 12e-6})
-    costs = iter([25e-6] * 2 + [10e-6] * 100)
-
-    def kernel(arm, spec, real=arms.kernel):
-        k = real(arm, spec)
-        if arm != "reference":
-            return k
-
-        def cold(x, out):
-            arms.costs["reference"] = next(costs)
-            return k(x, out)
-        return cold
-    arms.kernel = kernel
+    arms.script("reference", [25e-6] * 2 + [10e-6] * 100)
     run(arms, 60)
     assert settled_on() == "reference"
 
