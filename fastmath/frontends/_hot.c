@@ -27,11 +27,13 @@
 #include <numpy/arrayobject.h>
 
 enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
-       LEAN, NUMPY, SERIAL, UNARY, SMALLS, NSTATE };
+       LEAN, NUMPY, SERIAL, UNARY, SMALLS, AUTOLEAN, NSTATE };
 
 /* LEAN's entries: (dtype, loops, pace, smallest size on the runtime, largest size, the
- * result's dtype) */
-enum { L_DTYPE, L_LOOPS, L_PACE, L_MIN, L_MAX, L_OUT, L_N };
+ * result's dtype, the kernel); AUTOLEAN's: the same for a size class ``auto`` learned to
+ * run on the numpy backend (its first and past-last size), and the learned choice
+ * (_learn.Settled: its ``left`` counts the calls down to the next revisit) */
+enum { L_DTYPE, L_LOOPS, L_PACE, L_MIN, L_MAX, L_OUT, L_KERNEL, L_SETTLED, L_N };
 
 static PyObject *default_name;  /* "default": the selection state's attribute */
 static PyObject *zero;
@@ -71,6 +73,8 @@ new_like(PyObject *x, PyObject *descr)
     Py_INCREF(descr);
     return PyArray_NewLikeArray((PyArrayObject *)x, NPY_KEEPORDER, (PyArray_Descr *)descr, 0);
 }
+
+static PyObject *run_unary(PyObject *const *s, PyObject *x, PyObject *e);
 
 /* Under the numpy backend, one contiguous array in a dtype its loop takes as it is: the
  * numpy backend's own call, made here. NumPy's call below the size that splits; from it,
@@ -124,6 +128,15 @@ lean_numpy(PyObject *const *s, PyObject *x)
     if ((PyArray_FLAGS(a) & need) != need) { /* the runtime's loops run C order only */
         return NULL;
     }
+    return run_unary(s, x, e);
+}
+
+/* The runtime's call of entry e's loops on x into a new result; NULL with no error set
+ * where the Python path is to take the call (one thread asked for, an FP flag raised:
+ * that path computes it again and reports the flags as NumPy would). */
+static PyObject *
+run_unary(PyObject *const *s, PyObject *x, PyObject *e)
+{
     PyObject *serial = NULL;
     if (PyContextVar_Get(s[SERIAL], NULL, &serial) < 0) {
         PyErr_Clear();
@@ -155,6 +168,71 @@ lean_numpy(PyObject *const *s, PyObject *x)
         return NULL;
     }
     return out;
+}
+
+/* Under ``auto``, one C-contiguous array of a dtype and size class that ``auto`` learned to
+ * run on the numpy backend: that backend's runtime call, made here, while the learned
+ * choice has calls left before its revisit (the revisit's call takes the Python path,
+ * which learns again). NULL with no error set: the Python path takes the call. */
+static PyObject *
+lean_auto(PyObject *const *s, PyObject *x)
+{
+    PyObject *lean = s[AUTOLEAN];
+    Py_ssize_t k, n = PyList_GET_SIZE(lean);
+    if (n == 0 || Py_TYPE(x) != (PyTypeObject *)s[NDARRAY]) {
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)x;
+    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
+    if (PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need) {
+        return NULL;
+    }
+    npy_intp size = 1;
+    for (int d = 0; d < PyArray_NDIM(a); d++) {
+        size *= PyArray_DIMS(a)[d];
+    }
+    PyObject *e = NULL;
+    for (k = 0; k < n; k++) {
+        PyObject *t = PyList_GET_ITEM(lean, k);
+        if (PyTuple_GET_ITEM(t, L_DTYPE) != (PyObject *)PyArray_DESCR(a)) {
+            continue;
+        }
+        Py_ssize_t lo = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, L_MIN));
+        Py_ssize_t hi = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, L_MAX));
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (lo <= size && size < hi) {
+            e = t;
+            break;
+        }
+    }
+    if (e == NULL) {
+        return NULL;
+    }
+    PyObject *name = selected(s);
+    int on = same_name(name, s[AUTO]);
+    Py_XDECREF(name);
+    if (!on) {
+        return NULL;
+    }
+    PyObject *settled = PyTuple_GET_ITEM(e, L_SETTLED);
+    PyObject *left = PyObject_GetAttrString(settled, "left");
+    long calls = left != NULL ? PyLong_AsLong(left) : -1;
+    Py_XDECREF(left);
+    if (calls <= 1) { /* (or unreadable): the revisit is the Python path's */
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *fewer = PyLong_FromLong(calls - 1);
+    if (fewer == NULL || PyObject_SetAttrString(settled, "left", fewer) < 0) {
+        Py_XDECREF(fewer);
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(fewer);
+    return run_unary(s, x, e);
 }
 
 static int
@@ -249,6 +327,9 @@ hot_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     else {
         if (plain && nargs == 1) {
             PyObject *r = lean_numpy(s, args[0]);
+            if (r == NULL && !PyErr_Occurred()) {
+                r = lean_auto(s, args[0]);
+            }
             if (r != NULL || PyErr_Occurred()) {
                 Py_XDECREF(name);
                 return r;

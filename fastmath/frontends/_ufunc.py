@@ -12,7 +12,7 @@ import functools
 
 from .._numpy import np
 
-from ..dispatch import _alloc, _chain, _config, _fpe, _log, _parallel, _selection
+from ..dispatch import _alloc, _chain, _config, _fpe, _learn, _log, _parallel, _selection
 from . import _frames, _pipeline
 
 try:  # the fast path in C (fastmath/frontends/_hot.c), an optional extension
@@ -29,6 +29,8 @@ _log_state = _log.state
 _instances: list = []
 _LEAN = 10  # the index of _hot.c's list of the calls it makes itself
 _SMALLS = 14  # ... and of its sizes by dtype
+_AUTOLEAN = 15  # ... and of the numpy backend's calls it makes itself under auto
+_LEARNED = {np.dtype(d): d for d in _learn.DTYPES}
 _by_name: dict = {}  # registry name -> its instance: what a pickled one is found by
 _BIG = 1 << 62
 # types whose value is one element: sized without a call on the fast path
@@ -116,9 +118,10 @@ class Ufunc(functools.partial):
             # _hot.c's order: reference, small, ones, fallback, operands, ndarray, the
             # backend context variable, the selection state, "auto", the trimmer, the
             # numpy backend's calls it makes itself (_remember_lean), "numpy", the
-            # one-thread context variable, the runtime's call, the sizes by dtype (_smalls)
+            # one-thread context variable, the runtime's call, the sizes by dtype (_smalls),
+            # the numpy backend's calls it makes itself under auto (_remember_auto)
             native = [None, 0, {}, fast, cls._nin, _ndarray, _selection._scoped, _state, "auto",
-                      _frames.trim_all, [], "numpy", _parallel.serial, _runtime_unary, {}]
+                      _frames.trim_all, [], "numpy", _parallel.serial, _runtime_unary, {}, []]
             entry = _native_hot(native)
         self.__setstate__((entry, (), {}, None))  # (this empties the instance's __dict__)
         self._cells = dict(zip(fast.__code__.co_freevars, fast.__closure__))
@@ -137,6 +140,7 @@ class Ufunc(functools.partial):
         self._resolved: dict = {}
         self._lean: dict = {}  # operand dtypes -> their result dtype (see _pipeline.lean)
         self._lean_seen: set = set()  # dtypes _remember_lean has looked at
+        self._auto_seen: dict = {}  # (dtype, size class) -> the learned choice remembered
         module = spec.ref.partition(":")[0]
         # NumPy is imported already; SciPy is imported on the first call.
         self._ref = spec.reference() if module == "numpy" else self._load
@@ -217,7 +221,7 @@ class Ufunc(functools.partial):
 
     def __getattr__(self, name):
         if name.startswith("__") or name in ("_ref", "_spec", "_small", "_resolved", "_cells",
-                                             "_lean", "_lean_seen"):
+                                             "_lean", "_lean_seen", "_auto_seen"):
             raise AttributeError(name)
         return getattr(self.reference, name)
 
@@ -254,6 +258,8 @@ class Ufunc(functools.partial):
                 _pipeline.fill_small(self, self._spec)
             if not args and not kwargs and _short(xs, self._small, self._smalls):
                 return self._ref(*xs)
+            if self._native is not None and len(xs) == 1 and not args and not kwargs:
+                self._remember_auto(xs[0])
         elif (sel == "numpy" and self._native is not None and len(xs) == 1
               and type(xs[0]) is _ndarray and xs[0].dtype not in self._lean_seen):
             self._remember_lean(xs[0].dtype)
@@ -286,10 +292,43 @@ class Ufunc(functools.partial):
                 self._native[_LEAN].append((dt, loops, pace, -int(-min_bytes // size),
                                             _alloc.LARGE // size, out_dt, kernel))
 
+    def _remember_auto(self, x):
+        """Let the C fast path (_hot.c) make the numpy backend's runtime call itself for
+        one C-contiguous array of a dtype and size class that ``auto`` learned to run on
+        that backend, while the learned choice holds (its revisit is the Python path's):
+        the learned table's path in Python costs 2-5 us a call."""
+        dt = _LEARNED.get(getattr(x, "dtype", None))
+        if dt is None or type(x) is not _ndarray or _log_state.on or not _learn.state.on:
+            return
+        c = x.size.bit_length() >> 1
+        settled = _learn.settled.get((self._spec.name, dt, c, 0))
+        if settled is None or self._auto_seen.get((dt, c)) is settled:
+            return
+        self._auto_seen[(dt, c)] = settled
+        entries = [e for e in self._native[_AUTOLEAN] if (e[0], e[3]) != (
+            x.dtype, _learn.class_bounds(c)[0])]
+        chain = settled.chain
+        entry = getattr(chain[0][1], "runtime_entry", None) if len(chain) == 1 and chain[
+            0][0] == "numpy" else None
+        entry = entry() if entry is not None else None
+        if entry is not None:
+            loops, pace, min_bytes = entry
+            lo, hi = _learn.class_bounds(c)
+            for in_dt, out_dt, _ in loops:
+                size = out_dt.itemsize
+                if in_dt == x.dtype and max(lo, -int(-min_bytes // size)) == lo:
+                    # (the class's sizes all split on the runtime; the kernel holds the
+                    # pacing record ``pace`` names)
+                    entries.append((in_dt, loops, pace, lo, min(hi, _alloc.LARGE // size),
+                                    out_dt, chain[0][1], settled))
+        self._native[_AUTOLEAN] = entries
+
     def _forget_lean(self):
         self._lean_seen = set()
+        self._auto_seen = {}
         if self._native is not None:
             self._native[_LEAN] = []
+            self._native[_AUTOLEAN] = []
 
     def _resolve(self, types, dtype):
         """The loop's dtypes for operands ``types`` (dtypes, or a Python scalar's type)."""

@@ -451,6 +451,40 @@ def test_a_dtype_learned_as_the_reference_takes_the_fast_path_alone(learn, monke
     assert planned == ["float64"] * 5
 
 
+def test_a_class_learned_for_the_numpy_backend_runs_from_the_c_fast_path(learn, monkeypatch):
+    """A size class learned for the numpy backend has its calls made by the ufuncs' C fast
+    path (the learned table's path in Python cost 2-5 us a call), bitwise NumPy's, until
+    the revisit, whose call takes the Python path and learns again; a call that raised an
+    FP flag is computed again there and reported as NumPy reports it."""
+    pytest.importorskip("fastmath.frontends._hot")
+    if fastmath.dispatch._parallel.threads() < 2:
+        pytest.skip("one thread: the numpy backend runs NumPy's own call")
+    x = np.linspace(0.1, 1, N)
+    fastmath.exp(x)  # the cell, learning
+    key = ("exp", "float64", _learn.size_class(N), 0)
+    cell = _learn.cells[key]
+    cell.choice, cell.learning, cell.medians = "numpy", False, {"numpy": 1e-5}
+    _learn._settle(cell)
+    planned = []
+    real = _selection.plan
+    monkeypatch.setattr(_selection, "plan", lambda *a: planned.append(a[1]) or real(*a))
+    for _ in range(10):
+        np.testing.assert_array_equal(fastmath.exp(x), np.exp(x))
+    assert len(planned) == 1  # the first call, which hands the class to the C path
+    _learn.settled[key].left = 3
+    for _ in range(3):
+        fastmath.exp(x)
+    assert len(planned) == 2 and cell.learning  # the revisit's call: learning again
+    cell.choice, cell.learning = "numpy", False
+    _learn._settle(cell)
+    fastmath.exp(x)
+    big = np.full(N, 1000.0)
+    with warnings.catch_warnings(record=True) as got, np.errstate(over="warn"):
+        warnings.simplefilter("always")
+        np.testing.assert_array_equal(fastmath.exp(big), np.exp(big))
+    assert [str(w.message) for w in got] == ["overflow encountered in exp"] * 2
+
+
 def test_only_the_dtypes_with_ulp_bounds_are_learned(learn):
     x = np.linspace(0.1, 1, N).astype(np.float16)
     for _ in range(5):
