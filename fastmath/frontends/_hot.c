@@ -66,6 +66,36 @@ same_name(PyObject *name, PyObject *want)
     return r;
 }
 
+/* x as an array, where it is one and `list` (of calls this file makes itself) is not empty */
+static PyArrayObject *
+listed_array(PyObject *const *s, PyObject *list, PyObject *x)
+{
+    if (PyList_GET_SIZE(list) == 0 || Py_TYPE(x) != (PyTypeObject *)s[NDARRAY]) {
+        return NULL;
+    }
+    return (PyArrayObject *)x;
+}
+
+static npy_intp
+elements(PyArrayObject *a)
+{
+    npy_intp size = 1;
+    for (int d = 0; d < PyArray_NDIM(a); d++) {
+        size *= PyArray_DIMS(a)[d];
+    }
+    return size;
+}
+
+/* Whether the backend selected now is `want` ("numpy", "auto"). */
+static int
+selected_is(PyObject *const *s, PyObject *want)
+{
+    PyObject *name = selected(s);
+    int r = same_name(name, want);
+    Py_XDECREF(name);
+    return r;
+}
+
 /* A new array shaped and ordered like x, as NumPy's call makes its result, of dtype descr. */
 static PyObject *
 new_like(PyObject *x, PyObject *descr)
@@ -85,11 +115,11 @@ static PyObject *
 lean_numpy(PyObject *const *s, PyObject *x)
 {
     PyObject *lean = s[LEAN];
-    Py_ssize_t k, n = PyList_GET_SIZE(lean);
-    if (n == 0 || Py_TYPE(x) != (PyTypeObject *)s[NDARRAY]) {
+    PyArrayObject *a = listed_array(s, lean, x);
+    if (a == NULL) {
         return NULL;
     }
-    PyArrayObject *a = (PyArrayObject *)x;
+    Py_ssize_t k, n = PyList_GET_SIZE(lean);
     PyObject *e = NULL;
     for (k = 0; k < n; k++) {
         e = PyList_GET_ITEM(lean, k);
@@ -103,10 +133,7 @@ lean_numpy(PyObject *const *s, PyObject *x)
                                           && (PyArray_FLAGS(a) & needf) != needf)) {
         return NULL;
     }
-    npy_intp size = 1;
-    for (int d = 0; d < PyArray_NDIM(a); d++) {
-        size *= PyArray_DIMS(a)[d];
-    }
+    npy_intp size = elements(a);
     Py_ssize_t lo = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, L_MIN));
     Py_ssize_t hi = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, L_MAX));
     if (PyErr_Occurred()) {
@@ -116,10 +143,7 @@ lean_numpy(PyObject *const *s, PyObject *x)
     if (size == 0 || size >= hi) {
         return NULL;
     }
-    PyObject *name = selected(s);
-    int numpy = same_name(name, s[NUMPY]);
-    Py_XDECREF(name);
-    if (!numpy) {
+    if (!selected_is(s, s[NUMPY])) {
         return NULL;
     }
     if (size < lo) {
@@ -177,20 +201,14 @@ run_unary(PyObject *const *s, PyObject *x, PyObject *e)
 static PyObject *
 lean_auto(PyObject *const *s, PyObject *x)
 {
+    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
+    PyArrayObject *a = listed_array(s, s[AUTOLEAN], x);
+    if (a == NULL || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need) {
+        return NULL;
+    }
     PyObject *lean = s[AUTOLEAN];
     Py_ssize_t k, n = PyList_GET_SIZE(lean);
-    if (n == 0 || Py_TYPE(x) != (PyTypeObject *)s[NDARRAY]) {
-        return NULL;
-    }
-    PyArrayObject *a = (PyArrayObject *)x;
-    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
-    if (PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need) {
-        return NULL;
-    }
-    npy_intp size = 1;
-    for (int d = 0; d < PyArray_NDIM(a); d++) {
-        size *= PyArray_DIMS(a)[d];
-    }
+    npy_intp size = elements(a);
     PyObject *e = NULL;
     for (k = 0; k < n; k++) {
         PyObject *t = PyList_GET_ITEM(lean, k);
@@ -211,10 +229,7 @@ lean_auto(PyObject *const *s, PyObject *x)
     if (e == NULL) {
         return NULL;
     }
-    PyObject *name = selected(s);
-    int on = same_name(name, s[AUTO]);
-    Py_XDECREF(name);
-    if (!on) {
+    if (!selected_is(s, s[AUTO])) {
         return NULL;
     }
     PyObject *settled = PyTuple_GET_ITEM(e, L_SETTLED);
@@ -247,10 +262,7 @@ small_operands(PyObject *const *s, PyObject *const *args, Py_ssize_t nargs)
         PyTypeObject *type = Py_TYPE(args[i]);
         if (type == (PyTypeObject *)s[NDARRAY]) {
             PyArrayObject *a = (PyArrayObject *)args[i];
-            npy_intp size = 1;
-            for (int d = 0; d < PyArray_NDIM(a); d++) {
-                size *= PyArray_DIMS(a)[d];
-            }
+            npy_intp size = elements(a);
             if (size >= small) {
                 /* SMALLS: {dtype: size}, where auto learned the reference further up for
                  * that dtype than for another */
