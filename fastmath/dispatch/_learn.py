@@ -15,7 +15,8 @@ that size. Where the reference takes LONG seconds a pool's wake-up is small besi
 call, and where one arm is left its calls follow each other: a turn is then one call,
 counted, after the arm's first (its warm-up). Before each of the reference's calls the
 native runtime's spinning workers are parked: settled on the reference, no pool spins
-beside its calls (on a machine with a core taken, one spinning would slow it).
+beside its calls (on a machine with a core taken, one spinning would slow it). As a backend's turn begins, a kernel on the
+native runtime splits again if a lost split had paused it (:func:`_resume_pacing`).
 
 An arm's time is its typical time, the lower quartile of its counted calls: noise on a
 shared machine only adds time. An arm whose typical time after two counted calls or more
@@ -87,10 +88,10 @@ DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (
 SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
 
 clock = time.perf_counter  # tests put a fake one in its place
-try:  # the native runtime's pool: its spinning workers park before the baseline's call
-    from ._runtime import rest as _rest
+try:  # the native runtime's pool: its spinning workers park before the baseline's call,
+    from ._runtime import rest as _rest, resume as _resume  # a backend's pause ends
 except ImportError:  # built without a C compiler
-    _rest = None
+    _rest = _resume = None
 wall = time.time
 
 
@@ -359,11 +360,26 @@ def choose(key, spec, dtype, size, arms):
     arm = cell.pick()
     if arm == "reference" and _rest is not None:
         _rest()  # timed as it runs settled: no pool spinning beside it
+    elif arm in cell.opening and _resume is not None:
+        _resume_pacing(cell.chains[arm][0][1], size)
     chain = cell.chains[arm]
     t = cell.timed.get(arm)
     if t is None:
         t = cell.timed[arm] = ((chain[0][0], Timed(chain[0][1], cell, arm)),) + chain[1:]
     return t
+
+
+def _resume_pacing(kernel, size):
+    """A backend's turn times its kernel as it runs when its splits pay: a kernel on the
+    native runtime (``runtime_entry``, backends/_protocol.py) splits again at once if a
+    lost split had paused it (one lost beside another arm's threads, still spinning
+    after its own call, kept every later call of the learning whole, and the reference
+    won cells where the numpy backend was 1.5-1.9x faster). A split that loses when it
+    counts is timed as it is: the arm then loses."""
+    entry = getattr(kernel, "runtime_entry", None)
+    entry = entry() if entry is not None else None
+    if entry is not None:
+        _resume(entry[1], size)
 
 
 def _lost_nearby(key, cell):

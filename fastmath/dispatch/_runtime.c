@@ -949,6 +949,21 @@ static PyObject *py_decide(PyObject *self, PyObject *args)
     return p == NULL ? NULL : PyLong_FromLong(fm_decide(p, n, &timed));
 }
 
+static PyObject *py_resume(PyObject *self, PyObject *args)
+{
+    int pace;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "in", &pace, &n)) {
+        return NULL;
+    }
+    fm_pace *p = pace_arg(pace, n);
+    if (p == NULL) {
+        return NULL;
+    }
+    atomic_store_explicit(&fm_pace_of(p, n)->left, 0, memory_order_relaxed);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_kept(PyObject *self, PyObject *args)
 {
     int pace;
@@ -1175,6 +1190,9 @@ static PyMethodDef methods[] = {
     {"decide", py_decide, METH_VARARGS,
      "decide(pace, n) -> SPLIT (1), or WHOLE_PACED (2) / WHOLE_SAMPLED (3): whether a call of\n"
      "n elements splits now; time it and hand a whole run to kept(), a split to judge()"},
+    {"resume", py_resume, METH_VARARGS,
+     "resume(pace, n): calls of about n elements split again now (a pause after a lost\n"
+     "split ends; the next one doubles as before)"},
     {"kept", py_kept, METH_VARARGS, "kept(pace, n, seconds): a whole run of n elements took this"},
     {"judge", py_judge, METH_VARARGS,
      "judge(pace, n, wall, alone, woke=False): a split of n elements took `wall` seconds;\n"

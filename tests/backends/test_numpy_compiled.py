@@ -344,6 +344,20 @@ def test_rest_parks_the_spinning_workers_at_once(fresh):
         _runtime.set_spin(before)
 
 
+def test_resume_ends_a_pause_and_keeps_the_next_one_doubled():
+    pace = _runtime.new_pace()
+    try:
+        _runtime.judge(pace, N, 1.0, 0.0)  # a split that lost: the next call runs whole
+        _runtime.judge(pace, N, 1.0, 0.0)  # and again: two
+        before = _runtime.pace(pace, N)
+        assert before["left"] == 2 and before["skip"] == 4
+        _runtime.resume(pace, N)
+        assert _runtime.pace(pace, N)["left"] == 0 and _runtime.pace(pace, N)["skip"] == 4
+        assert _runtime.decide(pace, N) == _runtime.SPLIT
+    finally:
+        _runtime.free_pace(pace)
+
+
 def test_no_flag_but_the_loops_reaches_the_caller(tmp_path):
     """The runtime's own bookkeeping (times per element, in floating point) once read
     fields a call that was not timed left unset: converting the garbage raised FE_INVALID

@@ -286,6 +286,25 @@ def test_the_pool_rests_before_each_call_of_the_reference(learn, monkeypatch):
     assert rests == [0, 1 + RUN, 2 * (1 + RUN)]  # before each of the reference's calls
 
 
+def test_a_runtime_kernels_pause_ends_at_each_of_its_turns(learn, monkeypatch):
+    """A backend on the native runtime is timed as it runs when its splits pay: a pause
+    after a lost split (one lost beside another arm's spinning threads kept every later
+    call of the learning whole) ends as each of its turns begins."""
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 8e-6})
+    real = arms.kernel
+
+    def kernel(arm, spec):
+        k = real(arm, spec)
+        if arm == "numpy":
+            k.runtime_entry = lambda: ((), 7, 0)  # (loops, pace, smallest size in bytes)
+        return k
+    arms.kernel = kernel
+    resumed = []
+    monkeypatch.setattr(_learn, "_resume", lambda pace, n: resumed.append((pace, n)))
+    run(arms, cycles(3, 1))
+    assert resumed == [(7, N)] * 3  # once a turn, before its first call
+
+
 def test_slow_first_calls_of_the_reference_do_not_make_a_winner(learn):
     """Noise only adds time, often to more than one call in five (a cold cache, a CPU
     clocking up after a pause): an arm's typical time is the lower quartile of its calls,
