@@ -15,18 +15,19 @@ that size. Where the reference takes LONG seconds a pool's wake-up is small besi
 call, and where one arm is left its calls follow each other: a turn is then one call,
 counted, after the arm's first (its warm-up). Before each of the reference's calls the
 native runtime's spinning workers are parked: settled on the reference, no pool spins
-beside its calls (on a machine with a core taken, one spinning would slow it). As a backend's turn begins, a kernel on the
-native runtime splits again if a lost split had paused it (:func:`_resume_pacing`).
+beside its calls (on a machine with a core taken, one spinning would slow it). As a
+backend's turn begins, a kernel on the native runtime splits again if a lost split had
+paused it (:func:`_resume_pacing`).
 
 An arm's time is its typical time, the lower quartile of its counted calls: noise on a
 shared machine only adds time. An arm whose typical time after two counted calls or more
-is slower than the baseline's is dropped at once, so that learning never strays far
-from the reference (one slow call, a scheduler's hiccup or one of the runtime's whole
-runs that time a kernel or follow a lost split, is not enough); so is one far behind the fastest (:meth:`Cell._behind`). Once
-every arm left has SAMPLES counted calls the cell settles on the fastest, and on the
-baseline unless an arm beats it by MARGIN: closer than that is noise, and the reference
-has no overhead. A comparison that is close (within twice the margin) takes more
-samples first, up to MOST.
+is slower than the baseline's is dropped at once, so that learning never strays far from
+the reference (one slow call, a scheduler's hiccup or one of the runtime's whole runs
+that time a kernel or follow a lost split, is not enough); so is one far behind the
+fastest (:meth:`Cell._behind`). Once every arm left has SAMPLES counted calls the cell
+settles on the fastest, and on the baseline unless an arm beats it by MARGIN: closer
+than that is noise, and the reference has no overhead. A comparison that is close
+(within twice the margin) takes more samples first, up to MOST.
 
 A new cell starts without the arms that lost by NEARBY times in the nearest class learned,
 and without the baseline where it lost there by BASELINE_NEARBY times (then the fastest
@@ -81,9 +82,9 @@ LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG 
 # (a scheduler's hiccup is small beside such a call, and each extra call of a slower
 # arm costs milliseconds)
 MOST = 15  # a close comparison settles after this many per arm
-MARGIN = 0.05  # an arm must beat the baseline's median by this much to replace it
+MARGIN = 0.05  # an arm must beat the baseline's typical time by this much to replace it
 REVISIT, REVISIT_MOST = 1000, 64000  # calls between revisits of a settled cell
-MOVED = 0.5  # a winner whose median moved by this much since it settled: learn afresh
+MOVED = 0.5  # a winner whose typical time moved by this much since it settled: learn afresh
 DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (3% of 1.5 s)
 SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
 
@@ -212,10 +213,10 @@ class Cell:
         timed = {a: self.times[a] for a in self.live() if self.times[a]}
         if len(timed) < 2:
             return
-        medians = {a: _typical(t) for a, t in timed.items()}
+        typical = {a: _typical(t) for a, t in timed.items()}
         lost = []
         for a, t in timed.items():
-            best = min(m for b, m in medians.items() if b != a)
+            best = min(m for b, m in typical.items() if b != a)
             if min(t) > (BEHIND if len(t) >= BEHIND_AFTER else FAR) * best:
                 lost.append(a)
         self._lose(lost)
@@ -491,33 +492,34 @@ def _move_floor(name):
     the floor that no call met are not learned, and those settled on the reference are
     not revisited). A dtype whose own classes are the reference's further up gets a
     floor of its own (:func:`dtype_floors`), which the fast paths look up by dtype."""
-    starts, done, seen = [], {}, set()
-    own_starts, own_done = {}, {}  # the same, dtype by dtype
+    # by dtype met: the first sizes of the classes where a backend runs or learning goes
+    # on, and the classes the reference won (contiguous)
+    starts, done = {}, {}
     for key, cell in list(cells.items()):
         if key[0] != name:
             continue
-        seen.add(key[1])
+        mine, won = starts.setdefault(key[1], []), done.setdefault(key[1], set())
         if cell.learning or cell.choice != "reference":
-            starts.append(class_bounds(key[2])[0])
-            own_starts.setdefault(key[1], []).append(class_bounds(key[2])[0])
+            mine.append(class_bounds(key[2])[0])
         elif key[3] == 0:
-            done.setdefault(key[2], set()).add(key[1])
-            own_done.setdefault(key[1], []).append(class_bounds(key[2])[1])
+            won.add(key[2])
+
+    def floor_of(won, first):  # past the last class won, not above the first started
+        f = max((class_bounds(c)[1] for c in won), default=LEARN_FROM)
+        return max(LEARN_FROM, min(first + [f])) if first else f
+
     # a class is the reference's for the fast path once every dtype met learned it so...
-    f = max((class_bounds(c)[1] for c, dts in done.items() if dts >= seen),
-            default=LEARN_FROM)
+    first = [n for mine in starts.values() for n in mine]
     # ... and a dtype not met yet keeps the table's first backend row for itself
-    for dtype in set(DTYPES) - seen:
+    for dtype in set(DTYPES) - set(starts):
         e = _calibration.entry(name, dtype)
-        starts += [n for n, names in (e.rows if e is not None else ()) if names][:1]
-    if starts:
-        f = max(LEARN_FROM, min(starts + [f]))
+        first += [n for n, names in (e.rows if e is not None else ()) if names][:1]
+    f = floor_of(set.intersection(*done.values()) if done else (), first)
     # a dtype whose own classes are the reference's further up has a floor of its own
     # there (float32 may learn the reference where float64 gains from a backend)
     own = {}
-    for dtype in seen:
-        g = max(own_done.get(dtype, ()), default=LEARN_FROM)
-        g = max(LEARN_FROM, min(own_starts.get(dtype, []) + [g]))
+    for dtype, won in done.items():
+        g = floor_of(won, starts[dtype])
         if g > f:
             own[dtype] = g
     if f != floor(name) or own != dtype_floors(name):

@@ -224,7 +224,7 @@ def fill_small(f, spec) -> None:
     and when logging is switched on or off (_log.on_route)."""
     if not _log.state.on:
         f._small = _selection.small_size(spec)
-        if isinstance(getattr(type(f), "_smalls", None), property):
+        if hasattr(type(f), "_smalls"):  # (a ufunc's; the reductions' caches have none)
             f._smalls = _selection.small_sizes(spec)
 
 

@@ -279,48 +279,32 @@ class Ufunc(functools.partial):
             return
         self._lean_seen.add(dt)
         chain = _selection.plan(self._spec, _pipeline.dtype_name(dt), 1)
-        kernel = chain[0][1] if len(chain) == 1 else None
-        entry = getattr(kernel, "runtime_entry", None)
-        entry = entry() if entry is not None else None
-        if entry is None:
-            return
-        loops, pace, min_bytes = entry
-        for in_dt, out_dt, _ in loops:
-            if in_dt is dt:
-                size = out_dt.itemsize
-                # (the kernel last: it holds the pacing record ``pace`` names)
-                self._native[_LEAN].append((dt, loops, pace, -int(-min_bytes // size),
-                                            _alloc.LARGE // size, out_dt, kernel))
+        entry = _lean_entry(chain[0][1], dt) if len(chain) == 1 else None
+        if entry is not None:
+            self._native[_LEAN].append(entry)
 
     def _remember_auto(self, x):
         """Let the C fast path (_hot.c) make the numpy backend's runtime call itself for
         one C-contiguous array of a dtype and size class that ``auto`` learned to run on
         that backend, while the learned choice holds (its revisit is the Python path's):
         the learned table's path in Python costs 2-5 us a call."""
-        dt = _LEARNED.get(getattr(x, "dtype", None))
-        if dt is None or type(x) is not _ndarray or _log_state.on or not _learn.state.on:
+        if type(x) is not _ndarray or _log_state.on or not _learn.state.on:
+            return
+        dt = _LEARNED.get(x.dtype)
+        if dt is None:
             return
         c = x.size.bit_length() >> 1
         settled = _learn.settled.get((self._spec.name, dt, c, 0))
         if settled is None or self._auto_seen.get((dt, c)) is settled:
             return
         self._auto_seen[(dt, c)] = settled
-        entries = [e for e in self._native[_AUTOLEAN] if (e[0], e[3]) != (
-            x.dtype, _learn.class_bounds(c)[0])]
+        lo, hi = _learn.class_bounds(c)
+        entries = [e for e in self._native[_AUTOLEAN] if (e[0], e[3]) != (x.dtype, lo)]
         chain = settled.chain
-        entry = getattr(chain[0][1], "runtime_entry", None) if len(chain) == 1 and chain[
-            0][0] == "numpy" else None
-        entry = entry() if entry is not None else None
-        if entry is not None:
-            loops, pace, min_bytes = entry
-            lo, hi = _learn.class_bounds(c)
-            for in_dt, out_dt, _ in loops:
-                size = out_dt.itemsize
-                if in_dt == x.dtype and max(lo, -int(-min_bytes // size)) == lo:
-                    # (the class's sizes all split on the runtime; the kernel holds the
-                    # pacing record ``pace`` names)
-                    entries.append((in_dt, loops, pace, lo, min(hi, _alloc.LARGE // size),
-                                    out_dt, chain[0][1], settled))
+        entry = _lean_entry(chain[0][1], x.dtype) if len(chain) == 1 and chain[0][
+            0] == "numpy" else None
+        if entry is not None and entry[3] <= lo:  # (the class's sizes all run on the runtime)
+            entries.append(entry[:3] + (lo, min(hi, entry[4])) + entry[5:] + (settled,))
         self._native[_AUTOLEAN] = entries
 
     def _forget_lean(self):
@@ -347,6 +331,24 @@ class Ufunc(functools.partial):
 
     def _derive(self, ins, res):
         return _fpe.derive(self.reference, ins, res) if self._spec.fpe else 0
+
+
+def _lean_entry(kernel, dt):
+    """_hot.c's entry for ``kernel``'s runtime call on one array of dtype ``dt`` (see the
+    kernel's ``runtime_entry``): (dtype, loops, pace, smallest size on the runtime,
+    largest size, the result's dtype, the kernel, last: it holds the pacing record
+    ``pace`` names); None where the kernel has no such call for ``dt``."""
+    entry = getattr(kernel, "runtime_entry", None)
+    entry = entry() if entry is not None else None
+    if entry is None:
+        return None
+    loops, pace, min_bytes = entry
+    for in_dt, out_dt, _ in loops:
+        if in_dt is dt:
+            size = out_dt.itemsize
+            return (dt, loops, pace, -int(-min_bytes // size), _alloc.LARGE // size, out_dt,
+                    kernel)
+    return None
 
 
 def _forget_small():
