@@ -101,6 +101,9 @@ LIST_KERNEL = {
 KERNEL_ATTRIBUTES = {
     "any_strides": "True: the kernel takes negative strides as they are",
     "masked": "masked(mask) -> kernel or None: a kernel for the elements a where= mask selects",
+    "runtime_pace": "the native runtime's pacing record (a number from its new_pace()) "
+                    "under which the kernel's calls split, -1 for none: auto's learning "
+                    "lets them split while it times them (dispatch/_learn.py)",
     "runtime_entry": "runtime_entry() -> (loops, pace, smallest bytes) or None: how a front "
                      "end may make this kernel's calls of one contiguous array itself, with "
                      "no Python in between (the ufuncs' fast path in C): the native "

@@ -209,6 +209,11 @@ class _Kernel:
         """What the front end must do about NumPy's FP errors (see backends/_protocol.py)."""
         return UNCHECKED if self.fpe and flags_possible(out) else 0
 
+    @property
+    def runtime_pace(self):
+        """The native runtime's pacing record of this kernel's calls (-1: none)."""
+        return self.pace
+
     def _on_runtime(self, fns, cost):
         self.addresses = {dt: ctypes.cast(fn, ctypes.c_void_p).value for dt, fn in fns.items()}
         # the runtime's pacing record, given back with this kernel

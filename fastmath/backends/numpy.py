@@ -124,7 +124,7 @@ class _Unary:
     Everything else large splits on the Python pool, one NumPy call per chunk."""
 
     __slots__ = ("ufunc", "min_bytes", "maskable", "_native", "_pace", "_min_split",
-                 "_pool_pace", "_runtime_pace")
+                 "_pool_pace", "_pace_record")
     any_strides = True
 
     def __init__(self, ufunc, min_bytes, maskable=False, cost=1.0):
@@ -197,9 +197,14 @@ class _Unary:
         if native is None:
             native = self._native = native_loops(self.ufunc)
             if native:
-                self._runtime_pace = _parallel.Pace()  # (given back with this kernel)
-                self._pace = self._runtime_pace.id()
+                self._pace_record = _parallel.Pace()  # (given back with this kernel)
+                self._pace = self._pace_record.id()
         return native
+
+    @property
+    def runtime_pace(self):
+        """The native runtime's pacing record of this kernel's calls (-1: none)."""
+        return self._pace if self._loops() else -1
 
     def runtime_entry(self):
         """For a front end that runs this kernel's calls itself, without Python in

@@ -23,6 +23,11 @@ from ..dispatch import _config, _fpe, _log, _parallel
 from . import UNCHECKED, _stream, _load_once
 from ._flags import flags_possible
 
+try:
+    from ..dispatch import _runtime
+except ImportError:  # built without a C compiler
+    _runtime = None
+
 _torch = None
 
 
@@ -47,11 +52,19 @@ def _configured():
     # 71-82 us with the default. A short spin keeps the workers awake from one call to
     # the next (74-78 us) and frees the core within a fraction of a millisecond.
     # Only what the user has not chosen is set, and only matters if torch is not loaded.
+    before = os.environ.get("GOMP_SPINCOUNT"), os.environ.get("OMP_WAIT_POLICY")
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
         os.environ["GOMP_SPINCOUNT"] = SPINCOUNT
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     fresh, t = "torch" not in sys.modules, time.perf_counter()
     import torch
+
+    global _spin
+    # what GNU OpenMP read as it loaded: these settings if torch loads now, else the user's
+    count, policy = ((os.environ.get("GOMP_SPINCOUNT"), os.environ.get("OMP_WAIT_POLICY"))
+                     if fresh else before)
+    _spin = spin_seconds(count, policy, _runtime.pause_seconds()) if (
+        _runtime is not None and _gnu_openmp(torch)) else 0.0
 
     if fresh:  # the one slow first call: say why it was slow, and how to move it
         _log.logger.info("imported torch %s in %.2f s for the first torch-backed call "
@@ -61,6 +74,46 @@ def _configured():
     if n is not None and not _parallel.torch_forked():
         torch.set_num_threads(_config.get().num_threads)
     return torch
+
+
+def spin_seconds(count, policy, pause) -> float:
+    """How long GNU OpenMP's workers spin after a parallel region before they sleep, from
+    the GOMP_SPINCOUNT (``count``) and OMP_WAIT_POLICY (``policy``) it read as it loaded
+    (libgomp/env.c): GOMP_SPINCOUNT pause instructions (a number with an optional k, M,
+    G or T, or "infinite"), else 300000 where neither is set, none under PASSIVE, 3e10
+    under ACTIVE. ``pause``: seconds of one pause. 0.0 where that spin is not brief (over
+    10 ms, or malformed): threads that spin that long take the cores for good, which the
+    runtime's pacing is there to notice."""
+    if count is None:
+        policy = (policy or "").strip().lower()
+        spins = (30_000_000_000 if policy.startswith("active") else
+                 0 if policy.startswith("passive") else 300_000)
+    else:
+        text = count.strip().lower()
+        if text.startswith(("infinite", "infinity")):
+            return 0.0
+        digits = len(text) - len(text.lstrip("0123456789"))
+        unit = text[digits:].strip()
+        scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}.get(unit)
+        if not digits or scale is None:
+            return 0.0  # libgomp ignores it too, but which default it then took is unclear
+        spins = int(text[:digits]) * scale
+    seconds = spins * pause
+    return seconds if seconds <= 0.01 else 0.0
+
+
+def _gnu_openmp(torch) -> bool:
+    """Whether torch's threads are GNU OpenMP's (libgomp ships beside it on Linux)."""
+    try:
+        folder = os.path.join(os.path.dirname(torch.__file__), "lib")
+        return any(f.startswith("libgomp") for f in os.listdir(folder))
+    except OSError:
+        return False
+
+
+# Seconds torch's OpenMP workers spin after a call they shared (set as torch loads): the
+# native runtime does not hold a split begun meanwhile against its kernel (foreign()).
+_spin = 0.0
 
 
 class _Shared:
@@ -268,6 +321,8 @@ class _Unary:
         # No inference_mode here (1.5 us a call, a fifth of the front end's time): tensors
         # made by from_numpy never require grad, so autograd records nothing either way
         self.fn(tensor(x), out=tensor(out))
+        if _spin and out.size > GRAIN:  # its threads shared the call: they spin a while
+            _runtime.foreign(_spin)
         return UNCHECKED if self.fpe and flags_possible(out) else 0
 
 
@@ -282,6 +337,8 @@ class _Binary:
                 or not takes(x2)):
             return NotImplemented
         self.fn(tensor(x1), tensor(x2), out=tensor(out))  # no inference_mode: see _Unary
+        if _spin and out.size > GRAIN:  # its threads shared the call: they spin a while
+            _runtime.foreign(_spin)
         return UNCHECKED if self.fpe and flags_possible(out) else 0
 
 

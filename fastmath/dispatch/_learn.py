@@ -13,11 +13,12 @@ parked (a settled cell runs its backend call after call, its pool awake), and an
 very first call in a cell imports, starts pools and makes the runtime's first split of
 that size. Where the reference takes LONG seconds a pool's wake-up is small beside the
 call, and where one arm is left its calls follow each other: a turn is then one call,
-counted, after the arm's first (its warm-up). Before each of the reference's calls the
-native runtime's spinning workers are parked: settled on the reference, no pool spins
-beside its calls (on a machine with a core taken, one spinning would slow it). As a
-backend's turn begins, a kernel on the native runtime splits again if a lost split had
-paused it (:func:`_resume_pacing`).
+counted, after the arm's first (its warm-up). Each arm is timed as it would run settled
+(:func:`_alone`): before a call off the native runtime (the reference's, torch's) its
+spinning workers are parked, and a kernel on it splits again if a lost split had paused
+it. A call of a kernel on the runtime begun while another library's threads still spin
+after their own call (torch's, announced to the runtime) is not counted either, up to
+SPARED such calls in a row.
 
 An arm's time is its typical time, the lower quartile of its counted calls: noise on a
 shared machine only adds time. An arm whose typical time after two counted calls or more
@@ -77,6 +78,7 @@ BEHIND_AFTER = 3  # ... BEHIND once timed this many times, FAR before
 NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried at first
 RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this many only
 BASELINE_NEARBY = 3.0  # the baseline this far behind in the nearest class: not tried at first
+SPARED = 2  # a runtime kernel's calls beside another library's spin left uncounted in a row
 SAMPLES = 5  # per arm before settling...
 LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG seconds
 # (a scheduler's hiccup is small beside such a call, and each extra call of a slower
@@ -89,10 +91,11 @@ DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (
 SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
 
 clock = time.perf_counter  # tests put a fake one in its place
-try:  # the native runtime's pool: its spinning workers park before the baseline's call,
-    from ._runtime import rest as _rest, resume as _resume  # a backend's pause ends
+try:  # the native runtime's pool: its spinning workers park before a call off it, a
+    # kernel's pause ends as it is timed, another library's spin is seen
+    from ._runtime import foreign_left as _foreign_left, rest as _rest, resume as _resume
 except ImportError:  # built without a C compiler
-    _rest = _resume = None
+    _rest = _resume = _foreign_left = None
 wall = time.time
 
 
@@ -158,6 +161,7 @@ class Cell:
         self.current, self.streak = None, 0  # the arm whose run goes on, its calls left
         self.opening: set = set()  # arms whose next recorded call opens a run: not counted
         self.warmed: set = set()  # arms whose first call in this cell is done
+        self.spared: dict = {}  # arm -> its calls left uncounted in a row (shared cores)
         self.learning = True
 
     def live(self):
@@ -186,16 +190,24 @@ class Cell:
         t = self.times[self.baseline] or next((v for v in self.times.values() if v), None)
         return bool(t) and _typical(t) >= LONG
 
-    def record(self, arm, seconds):
-        """One call of ``arm`` took ``seconds``; True once the cell has settled."""
+    def record(self, arm, seconds, shared=False):
+        """One call of ``arm`` took ``seconds``; True once the cell has settled.
+        ``shared``: it split while another library's threads still spun after their own
+        call (not counted, up to SPARED such calls in a row: they may spin for good)."""
         with self.lock:
             if not self.learning or arm not in self.times or arm in self.dropped:
                 return False
             self.work += seconds
-            if arm in self.opening:  # a run's first call: its pool woke, or it warms up
+            spared = self.spared.get(arm, 0)
+            if arm in self.opening or (shared and spared < SPARED):
+                # a run's first call (its pool woke, or it warms up), or one that shared
+                # the cores with another library's spinning threads
+                if arm not in self.opening:
+                    self.spared[arm] = spared + 1
                 self.opening.discard(arm)
                 self.warmed.add(arm)
                 return False
+            self.spared[arm] = 0
             mine = self.times[arm]
             mine.append(seconds)
             base = self.times[self.baseline]
@@ -298,14 +310,19 @@ def _typical(v):
 
 
 class Timed:
-    """A kernel whose calls the cell times (only while it learns)."""
+    """A kernel whose calls the cell times (only while it learns). ``pace``: the native
+    runtime's pacing record of the kernel's calls (-1: not on the runtime)."""
 
-    __slots__ = ("kernel", "cell", "arm")
+    __slots__ = ("kernel", "cell", "arm", "pace")
 
     def __init__(self, kernel, cell, arm):
         self.kernel, self.cell, self.arm = kernel, cell, arm
+        pace = getattr(kernel, "runtime_pace", -1) if _resume is not None else -1
+        self.pace = pace if type(pace) is int else -1
 
     def __call__(self, *args):
+        # a split begun while another library's threads spin is not this kernel's time
+        shared = self.pace >= 0 and _foreign_left() > 0
         start = clock()
         try:
             result = self.kernel(*args)
@@ -316,7 +333,7 @@ class Timed:
         if result is NotImplemented:
             if self.cell.drop(self.arm):  # it cannot take this cell's calls
                 _settle(self.cell)
-        elif self.cell.record(self.arm, clock() - start):
+        elif self.cell.record(self.arm, clock() - start, shared):
             _settle(self.cell)
         return result
 
@@ -359,28 +376,28 @@ def choose(key, spec, dtype, size, arms):
     if not cell.learning:  # settled by another thread just now
         return _chain_of(cell)
     arm = cell.pick()
-    if arm == "reference" and _rest is not None:
-        _rest()  # timed as it runs settled: no pool spinning beside it
-    elif arm in cell.opening and _resume is not None:
-        _resume_pacing(cell.chains[arm][0][1], size)
-    chain = cell.chains[arm]
     t = cell.timed.get(arm)
     if t is None:
+        chain = cell.chains[arm]
         t = cell.timed[arm] = ((chain[0][0], Timed(chain[0][1], cell, arm)),) + chain[1:]
+    _alone(t[0][1], size)
     return t
 
 
-def _resume_pacing(kernel, size):
-    """A backend's turn times its kernel as it runs when its splits pay: a kernel on the
-    native runtime (``runtime_entry``, backends/_protocol.py) splits again at once if a
-    lost split had paused it (one lost beside another arm's threads, still spinning
-    after its own call, kept every later call of the learning whole, and the reference
-    won cells where the numpy backend was 1.5-1.9x faster). A split that loses when it
-    counts is timed as it is: the arm then loses."""
-    entry = getattr(kernel, "runtime_entry", None)
-    entry = entry() if entry is not None else None
-    if entry is not None:
-        _resume(entry[1], size)
+def _alone(timed, size):
+    """Before a timed call: each arm is timed as it runs settled, with no pool of another
+    arm's taking its cores. A kernel off the native runtime (the reference, torch's,
+    numexpr's) runs with the runtime's workers parked, not spinning beside it after the
+    last arm's call (on a machine with a core taken, one spinning made the reference's
+    calls up to 3x slower). A kernel on it (``runtime_pace``) splits again at once if a
+    lost split had paused it: a split lost beside another arm's threads, still spinning
+    after their own call, kept the later calls of the learning whole, and the reference
+    won cells where the numpy backend was 1.5-1.9x faster. A split that loses when it is
+    timed is timed as it is: the arm then loses."""
+    if timed.pace >= 0:
+        _resume(timed.pace, size)
+    elif _rest is not None:
+        _rest()
 
 
 def _lost_nearby(key, cell):

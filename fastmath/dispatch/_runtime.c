@@ -29,7 +29,10 @@
  * sends the next `skip` calls of that kernel and length whole (doubling while splits keep
  * losing, up to MOST_PAUSE, halving when one wins), and one call in SAMPLE runs whole to
  * keep that time. A split that had to wake a parked worker is not counted a loss: the
- * wake-up is no sign of a busy core.
+ * wake-up is no sign of a busy core; nor is one begun while another library's threads
+ * still spin after their own call (foreign(): torch's OpenMP workers spin for a fraction of
+ * a millisecond, and the next split or two beside them lost, then paused every later
+ * call of that kernel and length although the cores were free again).
  * Clocks: the real ones, or, for tests (_set_clock), Python callables returning seconds.
  */
 #define PY_SSIZE_T_CLEAN
@@ -121,6 +124,17 @@ static atomic_llong woken_at = 0, wake_ns = 0; /* the last broadcast; wake-ups' 
 static atomic_ulong wakes = 0;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int pacing = 1;
+/* From the end of another library's parallel call until foreign_until (wall_ns), its
+ * threads may still spin (torch's OpenMP workers: foreign()): a split begun then shared
+ * the cores with them, and its loss says nothing of its kernel or of the machine. (That
+ * library's own next call, begun before, is judged: OwnThreads paces torch's.) */
+static atomic_llong foreign_from = 0, foreign_until = 0;
+
+static int beside_foreign(long long began)
+{
+    return began >= atomic_load_explicit(&foreign_from, memory_order_relaxed)
+           && began < atomic_load_explicit(&foreign_until, memory_order_relaxed);
+}
 static atomic_int cpu_every = 8;
 
 /* What the job would have taken in one thread: the caller's CPU time for its own pieces,
@@ -449,11 +463,11 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     unsigned whole = fm_one_thread_ps(pace);
     int lost = (alone >= 0 && wall * 100 > alone * 105)
                || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)n);
-    if (lost && woke) {
+    if (lost && (woke || beside_foreign(wall_ns() - wall))) {
         /* A worker had parked (the calls kept whole by a pause leave it time to): its
          * wake-up, 30 us to over a millisecond on a VM, is no sign of a busy core, and
-         * counting it a loss made every pause end in another, longer one. The next
-         * split, its workers spinning, decides. */
+         * counting it a loss made every pause end in another, longer one. Likewise a
+         * split begun while another library's threads spun. The next split decides. */
     }
     else if (lost) {
         atomic_store_explicit(&pace->left, skip, memory_order_relaxed);
@@ -1024,6 +1038,48 @@ static PyObject *py_rest(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_foreign(PyObject *self, PyObject *arg)
+{
+    double s = PyFloat_AsDouble(arg);
+    if (s == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!(s >= 0 && s <= 1.0)) {
+        PyErr_SetString(PyExc_ValueError, "foreign(seconds): seconds between 0 and 1");
+        return NULL;
+    }
+    long long now = wall_ns();
+    atomic_store_explicit(&foreign_until, now + (long long)(s * 1e9), memory_order_relaxed);
+    atomic_store_explicit(&foreign_from, now, memory_order_relaxed);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_foreign_left(PyObject *self, PyObject *unused)
+{
+    long long left = atomic_load_explicit(&foreign_until, memory_order_relaxed) - wall_ns();
+    return PyFloat_FromDouble(left > 0 ? (double)left * 1e-9 : 0.0);
+}
+
+/* pause_seconds() -> the time of one pause instruction (RELAX), the unit of spin loops
+ * (GNU OpenMP's GOMP_SPINCOUNT counts them): the fastest of a few timed runs of 4096. */
+static PyObject *py_pause_seconds(PyObject *self, PyObject *unused)
+{
+    static double measured = 0.0;
+    if (measured == 0.0) {
+        long long best = -1;
+        for (int r = 0; r < 5; r++) {
+            long long t0 = real_wall_ns();
+            for (int k = 0; k < 4096; k++) {
+                RELAX();
+            }
+            long long t = real_wall_ns() - t0;
+            best = best < 0 || t < best ? t : best;
+        }
+        measured = best > 0 ? (double)best * 1e-9 / 4096 : 1e-9;
+    }
+    return PyFloat_FromDouble(measured);
+}
+
 static PyObject *py_set_spin(PyObject *self, PyObject *args)
 {
     double s;
@@ -1201,6 +1257,13 @@ static PyMethodDef methods[] = {
     {"threads", py_threads, METH_NOARGS, "threads per call, the caller included"},
     {"rest", py_rest, METH_NOARGS,
      "rest(): the workers spinning for the next call park now (the next call wakes them)"},
+    {"foreign", py_foreign, METH_O,
+     "foreign(seconds): another library's threads may spin this long after the call it\n"
+     "just made (a split begun meanwhile is not judged lost; see foreign_left())"},
+    {"foreign_left", py_foreign_left, METH_NOARGS,
+     "foreign_left() -> seconds left of the spin foreign() announced (0.0: none)"},
+    {"pause_seconds", py_pause_seconds, METH_NOARGS,
+     "pause_seconds() -> the time of one pause instruction, the unit of spin loops"},
     {"set_spin", py_set_spin, METH_VARARGS,
      "set_spin(seconds) -> previous: how long a worker spins after a call before it parks"},
     {"set_pacing", py_set_pacing, METH_VARARGS,

@@ -11,6 +11,7 @@ OMP_WAIT_POLICY=ACTIVE they spin for 30 billion turns, far longer than WAIT belo
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import fastmath
@@ -85,3 +86,58 @@ def test_workers_spin_briefly_between_calls_and_sleep_after():
 ])
 def test_the_users_own_openmp_settings_are_kept(env, expected):
     assert run(**env)[2:] == expected
+
+
+@pytest.mark.parametrize("count, policy, spins", [
+    (None, None, 300_000),        # libgomp's default where neither is set
+    (None, "PASSIVE", 0),
+    (None, "active", None),       # 3e10 spins: for good, not a brief spin
+    ("5000", "PASSIVE", 5000),    # GOMP_SPINCOUNT wins over the policy
+    ("5000", "ACTIVE", 5000),
+    (" 10k ", None, 10_000),      # libgomp's suffixes: k, M, G, T
+    ("2M", None, None),           # 2e6 spins: past 10 ms
+    ("infinite", None, None),
+    ("12x", None, None),          # malformed
+])
+def test_the_spin_is_read_from_the_settings_as_gnu_openmp_reads_them(count, policy, spins):
+    from fastmath.backends import torch as backend
+
+    pause = 1e-8
+    got = backend.spin_seconds(count, policy, pause)
+    assert got == (0.0 if spins is None else pytest.approx(spins * pause))
+
+
+def test_a_call_torchs_threads_shared_announces_their_spin_to_the_runtime(monkeypatch):
+    """After a call torch's threads took part in, they spin a while: the native runtime is
+    told (foreign()), and does not judge a split begun meanwhile (its loss says nothing of
+    its kernel: dispatch/_runtime.c); auto's learning does not count such a call."""
+    import time
+
+    from fastmath.backends import torch as backend
+    from fastmath.dispatch import _runtime
+
+    fastmath.exp(np.ones(3))  # torch loaded, its spin set from its settings
+    with fastmath.backend("torch-cpu"):
+        fastmath.exp(np.ones(10**5))
+    monkeypatch.setattr(backend, "_spin", 0.5)
+    time.sleep(_runtime.foreign_left())
+    with fastmath.backend("torch-cpu"):
+        fastmath.exp(np.ones(backend.GRAIN))  # too small for its threads: nothing said
+        assert _runtime.foreign_left() == 0.0
+        fastmath.exp(np.ones(10**5))
+        assert _runtime.foreign_left() > 0.25
+
+
+def test_the_spin_announced_is_the_one_gnu_openmp_took():
+    from fastmath.backends import torch as backend
+
+    code = ("import numpy as np, fastmath\n"
+            "from fastmath.backends import torch as t\n"
+            "from fastmath.dispatch import _runtime as r\n"
+            "with fastmath.backend('torch-cpu'): fastmath.exp(np.ones(10))\n"
+            "print(t._spin / r.pause_seconds())")
+    for env, spins in (({}, int(backend.SPINCOUNT)), ({"OMP_WAIT_POLICY": "ACTIVE"}, 0)):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=300, env={**thread_free_environ(), **env})
+        assert r.returncode == 0, r.stderr
+        assert float(r.stdout) == pytest.approx(spins)

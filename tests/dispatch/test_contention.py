@@ -282,3 +282,25 @@ def test_pacing_records_of_kernels_made_again_and_again_are_reused():
     del used
     again = _parallel.Pace()
     assert again.id() == ident and again.stats(N)["kept"] == 0  # reused, and cleared
+
+
+def test_a_split_begun_beside_another_librarys_spin_is_not_judged():
+    """Another library's threads spin a while after their own call (torch's OpenMP
+    workers, which announce it: foreign()). A split begun meanwhile lost for want of
+    cores, not for its kernel or the machine: it pauses nothing; once the spin is over,
+    the same loss pauses the next calls."""
+    import time
+
+    ident = _runtime.new_pace()
+    time.sleep(_runtime.foreign_left())
+    _runtime.foreign(0.5)
+    _runtime.judge(ident, N, 1e-3, 1e-4)  # begun before: that library's own next call
+    assert _runtime.pace(ident, N)["left"] == 1
+    _runtime.resume(ident, N)
+    time.sleep(2e-3)
+    _runtime.judge(ident, N, 1e-3, 1e-4)  # lost: ten times one thread's time
+    assert _runtime.pace(ident, N)["left"] == 0
+    time.sleep(_runtime.foreign_left() + 0.01)
+    _runtime.judge(ident, N, 1e-3, 1e-4)
+    assert _runtime.pace(ident, N)["left"] == 2  # the pause doubled after the first loss
+    _runtime.free_pace(ident)
