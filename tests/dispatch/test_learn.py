@@ -188,6 +188,24 @@ def test_the_nearest_class_learned_prunes(learn):
     assert settled_on(n=big) == "numpy"
 
 
+def test_an_arm_that_sat_out_in_the_nearest_class_sits_out_further_up(learn):
+    """mkl's and numexpr's log1p and expm1 lost at 10^5 elements, sat out at 10^6 (so
+    had no time there) and, tried at 10^7, were 6-8x slower than the numpy backend: 0.24 s
+    of a warm-up. An arm that sat out in the nearest class learned sits out too, until
+    the first revisit."""
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 4e-6, "loser": 9e-6})
+    run(arms, 40)
+    assert settled_on() == "numpy"
+    middle, big = 1 << 18, 1 << 22  # two classes up, and two more
+    run(arms, 40, n=middle)
+    arms.ran.clear()
+    run(arms, 40, n=big)
+    assert "loser" not in arms.ran and settled_on(n=big) == "numpy"
+    cell = _learn.cells["exp", "float64", _learn.size_class(big), 0]
+    run(arms, cell.interval + 20, n=big)
+    assert "loser" in arms.ran and settled_on(n=big) == "numpy"  # its revisit
+
+
 def test_a_reference_far_behind_in_the_nearest_class_sits_out(learn):
     """SciPy's erf at 10^7 elements takes 0.2 s, ten times VML's: where the reference lost
     by BASELINE_NEARBY times in the nearest class learned, a new class starts without it
