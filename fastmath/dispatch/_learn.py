@@ -16,9 +16,10 @@ call, and where one arm is left its calls follow each other: a turn is then one 
 counted, after the arm's first (its warm-up). Each arm is timed as it would run settled
 (:func:`_alone`): before a call off the native runtime (the reference's, torch's) its
 spinning workers are parked, and a kernel on it splits again if a lost split had paused
-it. A call of a kernel on the runtime begun while another library's threads still spin
-after their own call (torch's, announced to the runtime) is not counted either, up to
-SPARED such calls in a row.
+it. A call of a kernel on the runtime begun short of threads is not counted either (a
+worker that the run's first call woke has not run yet; or another library's threads
+still spin after their own call, torch's, announced to the runtime), up to SPARED such
+calls in a row.
 
 An arm's time is its typical time, the lower quartile of its counted calls: noise on a
 shared machine only adds time. An arm whose typical time after two counted calls or more
@@ -78,7 +79,7 @@ BEHIND_AFTER = 3  # ... BEHIND once timed this many times, FAR before
 NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried at first
 RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this many only
 BASELINE_NEARBY = 3.0  # the baseline this far behind in the nearest class: not tried at first
-SPARED = 2  # a runtime kernel's calls beside another library's spin left uncounted in a row
+SPARED = 2  # a runtime kernel's calls short of threads left uncounted in a row, at most
 SAMPLES = 5  # per arm before settling...
 LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG seconds
 # (a scheduler's hiccup is small beside such a call, and each extra call of a slower
@@ -93,9 +94,10 @@ SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
 clock = time.perf_counter  # tests put a fake one in its place
 try:  # the native runtime's pool: its spinning workers park before a call off it, a
     # kernel's pause ends as it is timed, another library's spin is seen
-    from ._runtime import foreign_left as _foreign_left, rest as _rest, resume as _resume
+    from ._runtime import (foreign_left as _foreign_left, rest as _rest,
+                           late as _late, resume as _resume)
 except ImportError:  # built without a C compiler
-    _rest = _resume = _foreign_left = None
+    _rest = _resume = _foreign_left = _late = None
 wall = time.time
 
 
@@ -161,7 +163,7 @@ class Cell:
         self.current, self.streak = None, 0  # the arm whose run goes on, its calls left
         self.opening: set = set()  # arms whose next recorded call opens a run: not counted
         self.warmed: set = set()  # arms whose first call in this cell is done
-        self.spared: dict = {}  # arm -> its calls left uncounted in a row (shared cores)
+        self.spared: dict = {}  # arm -> its calls left uncounted in a row (short of threads)
         self.learning = True
 
     def live(self):
@@ -190,18 +192,19 @@ class Cell:
         t = self.times[self.baseline] or next((v for v in self.times.values() if v), None)
         return bool(t) and _typical(t) >= LONG
 
-    def record(self, arm, seconds, shared=False):
+    def record(self, arm, seconds, short=False):
         """One call of ``arm`` took ``seconds``; True once the cell has settled.
-        ``shared``: it split while another library's threads still spun after their own
-        call (not counted, up to SPARED such calls in a row: they may spin for good)."""
+        ``short``: it began short of threads, a worker of the runtime still waking or
+        another library's threads still spinning after their own call (not counted, up
+        to SPARED such calls in a row: a core may be taken for good)."""
         with self.lock:
             if not self.learning or arm not in self.times or arm in self.dropped:
                 return False
             self.work += seconds
             spared = self.spared.get(arm, 0)
-            if arm in self.opening or (shared and spared < SPARED):
-                # a run's first call (its pool woke, or it warms up), or one that shared
-                # the cores with another library's spinning threads
+            if arm in self.opening or (short and spared < SPARED):
+                # a run's first call (its pool woke, or it warms up), or one short of
+                # threads
                 if arm not in self.opening:
                     self.spared[arm] = spared + 1
                 self.opening.discard(arm)
@@ -321,8 +324,11 @@ class Timed:
         self.pace = pace if type(pace) is int else -1
 
     def __call__(self, *args):
-        # a split begun while another library's threads spin is not this kernel's time
-        shared = self.pace >= 0 and _foreign_left() > 0
+        # a split begun while a worker woken by the run's first call has not run yet (a
+        # wake-up takes up to a millisecond on a VM), or while another library's threads
+        # spin after their own call, is short of threads: not what the kernel takes
+        if self.pace >= 0:
+            late, spun = _late(), _foreign_left() > 0
         start = clock()
         try:
             result = self.kernel(*args)
@@ -333,7 +339,8 @@ class Timed:
         if result is NotImplemented:
             if self.cell.drop(self.arm):  # it cannot take this cell's calls
                 _settle(self.cell)
-        elif self.cell.record(self.arm, clock() - start, shared):
+        elif self.cell.record(self.arm, clock() - start,
+                              self.pace >= 0 and (spun or _late() != late)):
             _settle(self.cell)
         return result
 

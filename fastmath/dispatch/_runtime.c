@@ -122,6 +122,10 @@ static atomic_llong spin_ns = 100000;
 static atomic_ulong parks = 0, joins = 0;
 static atomic_llong woken_at = 0, wake_ns = 0; /* the last broadcast; wake-ups' total time */
 static atomic_ulong wakes = 0;
+/* A call woke parked workers and none has run since: a split starting now runs without
+ * them (a wake-up takes up to a millisecond on a VM, longer than many calls) */
+static atomic_int wake_pending = 0;
+static _Thread_local unsigned long late_here = 0; /* this thread's splits begun so */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int pacing = 1;
 /* From the end of another library's parallel call until foreign_until (wall_ns), its
@@ -224,6 +228,7 @@ static void *worker(void *unused)
     unsigned long seen = atomic_load(&generation);
     for (;;) {
         wait_for_call(&seen);
+        atomic_store_explicit(&wake_pending, 0, memory_order_relaxed);
         fm_job *job = atomic_load(&current);
         if (job == NULL) {
             continue;
@@ -325,7 +330,11 @@ static int fm_start(fm_job *job, int threads)
     atomic_store(&current, job);
     atomic_fetch_add(&generation, 1); /* seq_cst, then the sleepers read: see wait_for_call */
     job->woke = starting || atomic_load(&sleepers) > 0;
+    if (job->woke && atomic_load_explicit(&wake_pending, memory_order_relaxed)) {
+        late_here++;
+    }
     if (job->woke) {
+        atomic_store_explicit(&wake_pending, 1, memory_order_relaxed);
         atomic_store(&woken_at, real_wall_ns());
         pthread_mutex_lock(&lock);
         pthread_cond_broadcast(&wake);
@@ -1060,6 +1069,11 @@ static PyObject *py_foreign_left(PyObject *self, PyObject *unused)
     return PyFloat_FromDouble(left > 0 ? (double)left * 1e-9 : 0.0);
 }
 
+static PyObject *py_late(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromUnsignedLong(late_here);
+}
+
 /* pause_seconds() -> the time of one pause instruction (RELAX), the unit of spin loops
  * (GNU OpenMP's GOMP_SPINCOUNT counts them): the fastest of a few timed runs of 4096. */
 static PyObject *py_pause_seconds(PyObject *self, PyObject *unused)
@@ -1262,6 +1276,10 @@ static PyMethodDef methods[] = {
      "just made (a split begun meanwhile is not judged lost; see foreign_left())"},
     {"foreign_left", py_foreign_left, METH_NOARGS,
      "foreign_left() -> seconds left of the spin foreign() announced (0.0: none)"},
+    {"late", py_late, METH_NOARGS,
+     "late() -> how many splits made by this thread began while a worker woken by an\n"
+     "earlier call had not run yet (a wake-up takes up to a millisecond on a VM: such a\n"
+     "split ran without it)"},
     {"pause_seconds", py_pause_seconds, METH_NOARGS,
      "pause_seconds() -> the time of one pause instruction, the unit of spin loops"},
     {"set_spin", py_set_spin, METH_VARARGS,

@@ -335,43 +335,47 @@ def test_a_runtime_kernels_pause_ends_before_each_of_its_timed_calls(learn, monk
     assert rests == [0, 1 + RUN, 2 * (1 + RUN)]  # before the reference's calls only
 
 
-def test_calls_beside_another_librarys_spinning_threads_are_not_counted(learn, monkeypatch):
-    """A runtime kernel's call begun while another library's threads still spin after
-    their own call (torch's OpenMP workers, announced by the runtime's foreign()) is slow
-    for want of cores, not of its own: it is not counted (the numpy backend's splits,
-    right after torch's calls, took 1.5x their time and the reference won). SPARED such
-    calls in a row at most: threads that spin for good are the machine's state."""
+@pytest.mark.parametrize("cause", ["foreign", "late"])
+def test_calls_short_of_threads_are_not_counted(learn, monkeypatch, cause):
+    """A runtime kernel's call begun short of threads is slow for want of cores, not of its
+    own: not counted. ``foreign``: another library's threads still spin after their own
+    call (torch's OpenMP workers, announced by the runtime's foreign(); the numpy
+    backend's splits right after torch's calls took 1.5x their time and the reference
+    won). ``late``: a worker woken by the run's first call had not run yet (the runtime's
+    late() counts such splits). SPARED such calls in a row at most: threads that spin
+    for good, or a core that is taken, are the machine's state."""
     arms = Arms(learn, {"reference": 10e-6, "numpy": 5e-6})
-    on_runtime(arms, "numpy", 7)
     monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
-    spinning = []
-    monkeypatch.setattr(_learn, "_foreign_left", lambda: 1e-4 if spinning else 0.0)
-    # while they spin, the runtime kernel's calls take 4x their time
+    short, late = [], [0]
+    monkeypatch.setattr(_learn, "_foreign_left",
+                        lambda: 1e-4 if short and cause == "foreign" else 0.0)
+    monkeypatch.setattr(_learn, "_late", lambda: late[0])
     real = arms.kernel
 
-    def kernel(name, spec):
+    def kernel(name, spec):  # while short of threads, the runtime kernel takes 4x its time
         k = real(name, spec)
         if name != "numpy":
             return k
 
         def slowed(x, out):
-            arms.costs["numpy"] = 20e-6 if spinning else 5e-6
+            arms.costs["numpy"] = 20e-6 if short else 5e-6
+            if short and cause == "late":
+                late[0] += 1
             return k(x, out)
         slowed.runtime_pace = 7
         return slowed
     arms.kernel = kernel
-    spinning.append(True)
+    short.append(True)
     run(arms, cycles(2, 1))
-    spinning.clear()
+    short.clear()
     run(arms, 100)
     assert settled_on() == "numpy"
     cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
     assert cell.medians["numpy"] == pytest.approx(5e-6)
-    # threads that never stop spinning: SPARED calls in a row are left, then one counts
+    # short for good: SPARED calls in a row are left, then one counts
     _learn._reset()
-    arms = Arms(learn, {"reference": 10e-6, "numpy": 20e-6})
-    on_runtime(arms, "numpy", 7)
-    spinning.append(True)
+    arms.costs["numpy"] = 20e-6
+    short.append(True)
     run(arms, 60)
     assert settled_on() == "reference"
 
