@@ -12,8 +12,9 @@ first are counted: the first follows other arms' calls, after which a backend's 
 parked (a settled cell runs its backend call after call, its pool awake), and an arm's
 very first call in a cell imports, starts pools and makes the runtime's first split of
 that size. Where the reference takes LONG seconds a pool's wake-up is small beside the
-call, and where one arm is left its calls follow each other: a turn is then one call,
-counted, after the arm's first (its warm-up). Each arm is timed as it would run settled
+call (but not the native runtime's: parked before the reference's call, its workers
+take up to a millisecond to wake on a VM), and where one arm is left its calls follow
+each other: a turn is then one call, counted, after the arm's first (its warm-up). Each arm is timed as it would run settled
 (:func:`_alone`): before a call off the native runtime (the reference's, torch's) its
 spinning workers are parked, and a kernel on it splits again if a lost split had paused
 it. A call of a kernel on the runtime begun short of threads is not counted either (a
@@ -143,6 +144,7 @@ class Cell:
     def __init__(self, key, baseline, chains, deferred):
         self.key, self.baseline = key, baseline
         self.chains = dict(chains)  # arm -> chain, the baseline first
+        self.paced = _paced(self.chains)  # arms on the native runtime
         self.deferred = list(deferred)  # arms whose library is not imported yet
         self.lock = threading.Lock()
         self.timed: dict = {}
@@ -180,8 +182,10 @@ class Cell:
             arm = arms[self.turn % len(arms)]
             self.turn += 1
             again, self.current = arm == self.current, arm
+            # (long calls or not, a runtime kernel's first call after another arm's
+            # wakes its workers, parked before the reference's call: up to 1 ms on a VM)
             if arm != self.baseline and (arm not in self.warmed or not (
-                    again or self._long())):
+                    again or (self._long() and arm not in self.paced))):
                 self.streak = RUN - 1
                 self.opening.add(arm)
             return arm
@@ -320,8 +324,7 @@ class Timed:
 
     def __init__(self, kernel, cell, arm):
         self.kernel, self.cell, self.arm = kernel, cell, arm
-        pace = getattr(kernel, "runtime_pace", -1) if _resume is not None else -1
-        self.pace = pace if type(pace) is int else -1
+        self.pace = _pace_of(kernel)
 
     def __call__(self, *args):
         # a split begun while a worker woken by the run's first call has not run yet (a
@@ -391,6 +394,16 @@ def choose(key, spec, dtype, size, arms):
     return t
 
 
+def _pace_of(kernel) -> int:
+    """The native runtime's pacing record of ``kernel``'s calls, -1 if it is not on it."""
+    pace = getattr(kernel, "runtime_pace", -1) if _resume is not None else -1
+    return pace if type(pace) is int else -1
+
+
+def _paced(chains) -> set:
+    return {arm for arm, chain in chains.items() if chain and _pace_of(chain[0][1]) >= 0}
+
+
 def _alone(timed, size):
     """Before a timed call: each arm is timed as it runs settled, with no pool of another
     arm's taking its cores. A kernel off the native runtime (the reference, torch's,
@@ -434,6 +447,7 @@ def _admit(cell, spec, dtype, arms):
     built = {arm: arms.build(spec, dtype, arm) for arm in cell.deferred}
     with cell.lock:
         cell.chains.update((arm, chain) for arm, chain in built.items() if chain)
+        cell.paced = _paced(cell.chains)
         cell.deferred = []
         cell._open()
 

@@ -240,6 +240,23 @@ def test_long_calls_settle_on_fewer_samples_a_call_a_turn(learn):
     assert arms.ran.count("fast") == _learn.LONG_SAMPLES + 1
 
 
+def test_long_calls_of_a_runtime_kernel_still_open_each_turn(learn, monkeypatch):
+    """The native runtime's workers are parked before each of the reference's calls, and
+    waking them takes up to a millisecond on a VM: even where calls are long, a runtime
+    kernel's turn is RUN calls and its first is not counted (the numpy backend's one
+    counted call a turn, each after a wake-up, ran at the reference's speed at 10^6)."""
+    monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
+    arms = Arms(learn, {"reference": 2e-3, "numpy": 1e-3})
+    arms.script("numpy", [2.2e-3, 1e-3] * 100)  # each turn's first call wakes its workers
+    on_runtime(arms, "numpy", 7)
+    run(arms, 3 * (1 + RUN))
+    assert arms.ran == (["reference"] + ["numpy"] * RUN) * 3
+    run(arms, 30)
+    assert settled_on() == "numpy"
+    cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
+    assert cell.medians["numpy"] == pytest.approx(1e-3)
+
+
 def test_a_hopeless_arm_costs_two_calls(learn):
     arms = Arms(learn, {"reference": 10e-6, "awful": 1e-3})
     run(arms, 30)
