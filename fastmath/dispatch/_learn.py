@@ -29,8 +29,11 @@ the reference (one slow call, a scheduler's hiccup or one of the runtime's whole
 that time a kernel or follow a lost split, is not enough); so is one far behind the
 fastest (:meth:`Cell._behind`). Once every arm left has SAMPLES counted calls the cell
 settles on the fastest, and on the baseline unless an arm beats it by MARGIN: closer
-than that is noise, and the reference has no overhead. A comparison that is close
-(within twice the margin) takes more samples first, up to MOST.
+than that is noise, and the reference has no overhead. Where NumPy's own loops on the
+native runtime (the numpy backend) are within TIE of the baseline, they win: they cost
+the reference's time at worst (the runtime runs a call whole while splits lose), and
+the runtime's pacing follows a busy core call by call, sooner than a revisit could. A
+comparison that is close (within twice the margin) takes more samples first, up to MOST.
 
 A new cell starts without the arms that lost by NEARBY times in the nearest class learned,
 and without the baseline where it lost there by BASELINE_NEARBY times (then the fastest
@@ -87,6 +90,7 @@ LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG 
 # arm costs milliseconds)
 MOST = 15  # a close comparison settles after this many per arm
 MARGIN = 0.05  # an arm must beat the baseline's typical time by this much to replace it
+TIE = 0.02  # ... but NumPy's own loops on the runtime win when this close behind it
 REVISIT, REVISIT_MOST = 1000, 64000  # calls between revisits of a settled cell
 MOVED = 0.5  # a winner whose typical time moved by this much since it settled: learn afresh
 DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (3% of 1.5 s)
@@ -145,6 +149,7 @@ class Cell:
         self.key, self.baseline = key, baseline
         self.chains = dict(chains)  # arm -> chain, the baseline first
         self.paced = _paced(self.chains)  # arms on the native runtime
+        self.own = _own_loops(self.chains)  # ... of them, those running NumPy's own loops
         self.deferred = list(deferred)  # arms whose library is not imported yet
         self.lock = threading.Lock()
         self.timed: dict = {}
@@ -219,7 +224,7 @@ class Cell:
             mine.append(seconds)
             base = self.times[self.baseline]
             if arm != self.baseline and base and len(mine) >= STRIKES and _typical(
-                    mine) > _typical(base):
+                    mine) > _typical(base) * (1 + TIE if arm in self.own else 1):
                 self._lose((arm,))  # slower than the reference: not worth another call
             self._behind()
             return self._decide()
@@ -272,7 +277,14 @@ class Cell:
             ratio = base / med[best] if med[best] > 0 else 1.0  # a coarse clock: a tie
             if 1 + MARGIN < ratio < 1 + 2 * MARGIN and n < MOST:
                 return False  # close: more samples before noise decides it
-            choice = best if ratio > 1 + MARGIN else self.baseline
+            # a tie goes to NumPy's own loops on the runtime (the numpy backend): at
+            # worst they cost the reference's time and the runtime's bookkeeping, as its
+            # pacing runs a call whole while splits lose, and it follows the machine
+            # call by call, faster than a revisit (the learning's calls met a second core
+            # taken for milliseconds, and cells settled on the reference at half speed)
+            tied = [a for a in live if a in self.own and med[a] <= base * (1 + TIE)]
+            choice = best if ratio > 1 + MARGIN else min(tied, key=med.get) if tied else (
+                self.baseline)
         old, before = self.choice, self.medians.get(self.choice)
         self.choice, self.learning = choice, False
         # (an arm that sat this learning out keeps its time from the last one)
@@ -404,6 +416,17 @@ def _paced(chains) -> set:
     return {arm for arm, chain in chains.items() if chain and _pace_of(chain[0][1]) >= 0}
 
 
+def _own_loops(chains) -> set:
+    """The arms whose kernels run the reference's own loops on the native runtime (the
+    numpy backend's: ``runtime_entry``, backends/_protocol.py)."""
+    out = set()
+    for arm, chain in chains.items():
+        entry = getattr(chain[0][1], "runtime_entry", None) if chain else None
+        if entry is not None and entry() is not None:
+            out.add(arm)
+    return out
+
+
 def _alone(timed, size):
     """Before a timed call: each arm is timed as it runs settled, with no pool of another
     arm's taking its cores. A kernel off the native runtime (the reference, torch's,
@@ -447,7 +470,7 @@ def _admit(cell, spec, dtype, arms):
     built = {arm: arms.build(spec, dtype, arm) for arm in cell.deferred}
     with cell.lock:
         cell.chains.update((arm, chain) for arm, chain in built.items() if chain)
-        cell.paced = _paced(cell.chains)
+        cell.paced, cell.own = _paced(cell.chains), _own_loops(cell.chains)
         cell.deferred = []
         cell._open()
 

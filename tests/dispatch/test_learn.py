@@ -291,6 +291,33 @@ def test_within_the_margin_the_reference_stays(learn):
     assert settled_on() == "reference"
 
 
+def own_loops(arms, arm):
+    """``arm``'s kernel runs NumPy's own loops on the native runtime (the numpy backend)."""
+    real = arms.kernel
+
+    def kernel(name, spec):
+        k = real(name, spec)
+        if name == arm:
+            k.runtime_entry = lambda: ((), 7, 0)
+        return k
+    arms.kernel = kernel
+
+
+@pytest.mark.parametrize("behind, wins", [(1 + _learn.TIE / 2, True),
+                                          (1 + 2 * _learn.TIE, False)])
+def test_a_tie_goes_to_numpys_own_loops_on_the_runtime(learn, monkeypatch, behind, wins):
+    """The numpy backend costs the reference's time at worst (its runtime runs a call whole
+    while splits lose) and its pacing follows a busy core call by call: within TIE of the
+    reference it wins (cells learned while a second core was taken for milliseconds had
+    settled on the reference at half the numpy backend's speed); further behind, not."""
+    monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 10e-6 * behind, "other": 10e-6})
+    own_loops(arms, "numpy")
+    on_runtime(arms, "numpy", 7)
+    run(arms, 4 * (_learn.MOST + 1))
+    assert settled_on() == ("numpy" if wins else "reference")
+
+
 def test_a_close_win_takes_more_samples_before_it_counts(learn):
     ratio = 1 + 1.5 * _learn.MARGIN  # beyond the margin, within twice it
     arms = Arms(learn, {"reference": 10e-6, "better": 10e-6 / ratio})
