@@ -37,7 +37,8 @@ comparison that is close (within twice the margin) takes more samples first, up 
 
 A new cell starts without the arms that lost by NEARBY times in the nearest class learned,
 and without the baseline where it lost there by BASELINE_NEARBY times (then the fastest
-arm wins: the baseline's calls can take a fifth of a second); the first revisit tries
+arm wins: the baseline's calls can take a fifth of a second), or any arm that lost by
+NEARBY_LONG where the calls will take LONG seconds; the first revisit tries
 them all.
 
 A settled cell costs a dict lookup and a decrement per call. After REVISIT calls it is
@@ -83,6 +84,7 @@ BEHIND_AFTER = 3  # ... BEHIND once timed this many times, FAR before
 NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried at first
 RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this many only
 BASELINE_NEARBY = 3.0  # the baseline this far behind in the nearest class: not tried at first
+NEARBY_LONG = 1.25  # ... any arm this far behind, where the calls will take LONG seconds
 SPARED = 2  # a runtime kernel's calls short of threads left uncounted in a row, at most
 SAMPLES = 5  # per arm before settling...
 LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG seconds
@@ -447,7 +449,8 @@ def _lost_nearby(key, cell):
     """The arms that lost by NEARBY times to the winner in the nearest settled size class
     of the same function, dtype and layout (at most two classes away), and the baseline
     if it lost there by BASELINE_NEARBY times (SciPy's erf at 10^7 elements takes 0.2 s,
-    ten times VML's): not tried here until the first revisit, which tries every arm. So
+    ten times VML's), any arm by NEARBY_LONG times where the calls here will take LONG
+    seconds: not tried here until the first revisit, which tries every arm. So
     are the arms that sat out there, untimed, for the same reason one class further (or
     declined its calls): mkl's and numexpr's log1p and expm1, 6-8x slower than the numpy
     backend at 10^7 elements, lost at 10^5, sat out at 10^6, and cost 0.24 s at 10^7."""
@@ -456,13 +459,20 @@ def _lost_nearby(key, cell):
             and abs(k[2] - c) <= 2 and not other.learning and other.medians]
     if not near:
         return ()
-    other = cells[min(near, key=lambda k: abs(k[2] - c))]
+    k = min(near, key=lambda k: abs(k[2] - c))
+    other = cells[k]
     best = other.medians.get(other.choice)
     if not best:
         return ()
+    # where the calls will take LONG seconds (the winner's time there, scaled to this
+    # class's sizes), each call of a slower arm costs milliseconds: the nearest class's
+    # ranking is trusted further (at 10^7 elements the reference's three calls and
+    # torch's two, after 10^6 had ranked them 1.5x and 2x behind, were most of a
+    # warm-up's excess over the calls after it)
+    long = best * 4.0 ** (c - k[2]) >= LONG
     return [a for a in cell.chains if (a in other.medians and other.medians[a] > (
-        BASELINE_NEARBY if a == cell.baseline else NEARBY) * best) or (
-        a not in other.medians and a in other.dropped)]
+        NEARBY_LONG if long else BASELINE_NEARBY if a == cell.baseline else NEARBY) * best)
+        or (a not in other.medians and a in other.dropped)]
 
 
 def _admit(cell, spec, dtype, arms):

@@ -222,6 +222,28 @@ def test_a_reference_far_behind_in_the_nearest_class_sits_out(learn):
     assert "reference" in arms.ran and settled_on(n=big) == "fast"  # its revisit
 
 
+def test_where_calls_will_be_long_the_nearest_ranking_is_trusted_further(learn):
+    """Where the calls of a new class will take LONG seconds (the winner's time in the
+    nearest class, scaled to the sizes), every arm that lost there by NEARBY_LONG sits out
+    (at 10^7 elements the reference's calls and torch's, ranked 1.5x and 2x behind at
+    10^6, were most of a warm-up's excess); where they will be short, it takes NEARBY."""
+    small = 1 << 16
+    arms = Arms(learn, {"reference": 1.5e-4, "numpy": 1e-4, "torch": 1.4e-4})
+    run(arms, 60, n=small)
+    assert settled_on(n=small) == "numpy"
+    arms.ran.clear()
+    for a in arms.costs:
+        arms.costs[a] *= 16  # two classes up: 1.6 ms for the winner
+    run(arms, 30, n=small << 4)
+    assert set(arms.ran) == {"numpy"} and settled_on(n=small << 4) == "numpy"
+    _learn._reset()
+    arms = Arms(learn, {"reference": 1.5e-6, "numpy": 1e-6, "torch": 1.4e-6})
+    run(arms, 60, n=small)
+    arms.ran.clear()
+    run(arms, 60, n=small << 4)  # 16 us: all are tried
+    assert set(arms.ran) == {"reference", "numpy", "torch"}
+
+
 def test_a_reference_close_in_the_nearest_class_is_tried(learn):
     arms = Arms(learn, {"reference": 15e-6, "fast": 10e-6})
     run(arms, 60)
