@@ -450,7 +450,8 @@ def _lost_nearby(key, cell):
     of the same function, dtype and layout (at most two classes away), and the baseline
     if it lost there by BASELINE_NEARBY times (SciPy's erf at 10^7 elements takes 0.2 s,
     ten times VML's), any arm by NEARBY_LONG times where the calls here will take LONG
-    seconds: not tried here until the first revisit, which tries every arm. So
+    seconds, but never NumPy's own loops on the runtime (``Cell.own``): not tried here
+    until the first revisit, which tries every arm. So
     are the arms that sat out there, untimed, for the same reason one class further (or
     declined its calls): mkl's and numexpr's log1p and expm1, 6-8x slower than the numpy
     backend at 10^7 elements, lost at 10^5, sat out at 10^6, and cost 0.24 s at 10^7."""
@@ -470,9 +471,13 @@ def _lost_nearby(key, cell):
     # torch's two, after 10^6 had ranked them 1.5x and 2x behind, were most of a
     # warm-up's excess over the calls after it)
     long = best * 4.0 ** (c - k[2]) >= LONG
-    return [a for a in cell.chains if (a in other.medians and other.medians[a] > (
-        NEARBY_LONG if long else BASELINE_NEARBY if a == cell.baseline else NEARBY) * best)
-        or (a not in other.medians and a in other.dropped)]
+    # (never NumPy's own loops on the runtime: a call of theirs costs the reference's
+    # time at worst, nothing to save; one class's noise kept them out of the classes
+    # above it, where they were 1.5-1.9x faster)
+    return [a for a in cell.chains if a not in cell.own and (
+        (a in other.medians and other.medians[a] > (
+            NEARBY_LONG if long else BASELINE_NEARBY if a == cell.baseline else NEARBY)
+         * best) or (a not in other.medians and a in other.dropped))]
 
 
 def _admit(cell, spec, dtype, arms):
