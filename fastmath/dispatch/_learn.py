@@ -14,13 +14,14 @@ very first call in a cell imports, starts pools and makes the runtime's first sp
 that size. Where the reference takes LONG seconds a pool's wake-up is small beside the
 call (but not the native runtime's: parked before the reference's call, its workers
 take up to a millisecond to wake on a VM), and where one arm is left its calls follow
-each other: a turn is then one call, counted, after the arm's first (its warm-up). Each arm is timed as it would run settled
-(:func:`_alone`): before a call off the native runtime (the reference's, torch's) its
-spinning workers are parked, and a kernel on it splits again if a lost split had paused
-it. A call of a kernel on the runtime begun short of threads is not counted either (a
-worker that the run's first call woke has not run yet; or another library's threads
-still spin after their own call, torch's, announced to the runtime), up to SPARED such
-calls in a row.
+each other: a turn is then one call, counted, after the arm's first (its warm-up).
+
+Each arm is timed as it would run settled (:func:`_alone`): before a call off the native
+runtime (the reference's, torch's) its spinning workers are parked, and a kernel on it
+splits again if a lost split had paused it. A call of a kernel on the runtime begun
+short of threads is not counted either (a worker that the run's first call woke has not
+run yet; or another library's threads still spin after their own call, torch's,
+announced to the runtime), up to SPARED such calls in a row.
 
 An arm's time is its typical time, the lower quartile of its counted calls: noise on a
 shared machine only adds time. An arm whose typical time after two counted calls or more
