@@ -265,3 +265,30 @@ def test_a_forked_child_computes_with_mkl():
         print(os.waitstatus_to_exitcode(status))
     """)
     assert out.strip() == "0"
+
+
+@needs_mkl
+@pytest.mark.skipif("torch-cpu" not in fastmath.available_backends(), reason="no torch")
+@pytest.mark.parametrize("own", [None, "50"])
+def test_intel_openmps_threads_sleep_soon_after_a_call(own):
+    """Once MKL is loaded, torch's VML calls (erf) run on Intel OpenMP's threads, which spin
+    200 ms after each call by default: the process burned that much of a core asleep, and
+    the numpy backend's calls beside it slowed. fastmath sets KMP_BLOCKTIME to 1 ms where
+    the user has not set it (a user's own setting is kept)."""
+    env = "" if own is None else f"        import os; os.environ['KMP_BLOCKTIME'] = {own!r}\n"
+    out = _python(env + """
+        import os, time
+        import numpy as np, fastmath
+        fastmath.available_backends()  # loads MKL
+        x = np.linspace(-3, 3, 10**6)
+        with fastmath.backend("torch-cpu"):
+            for _ in range(3):
+                fastmath.erf(x)
+        cpu = time.process_time()
+        time.sleep(0.3)
+        print(os.environ["KMP_BLOCKTIME"], time.process_time() - cpu)
+    """)
+    setting, asleep = out.split()
+    assert setting == (own or "1")
+    if own is None:
+        assert float(asleep) < 0.1  # 0.2 s with Intel OpenMP's default
