@@ -293,7 +293,7 @@ class Ufunc(functools.partial):
         dt = _LEARNED.get(x.dtype)
         if dt is None:
             return
-        c = x.size.bit_length() >> 1
+        c = _learn.size_class(x.size)
         settled = _learn.settled.get((self._spec.name, dt, c, 0))
         if settled is None or self._auto_seen.get((dt, c)) is settled:
             return

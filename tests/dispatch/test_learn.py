@@ -80,6 +80,21 @@ class Arms:
         self.kernel = kernel
 
 
+    def mark(self, arm, **attributes):
+        """``arm``'s kernel has these attributes (``runtime_pace``: it splits on the native
+        runtime under that pacing record; ``runtime_entry``: it runs NumPy's own loops
+        there, as the numpy backend's kernels do)."""
+        real = self.kernel
+
+        def kernel(name, spec):
+            k = real(name, spec)
+            if name == arm:
+                for key, value in attributes.items():
+                    setattr(k, key, value)
+            return k
+        self.kernel = kernel
+
+
 def run(arms, calls, name="exp", n=N, dtype="float64"):
     """``calls`` calls of fastmath.<name> through auto's plan with ``arms``; the last chain."""
     spec = BY_NAME[name]
@@ -251,8 +266,7 @@ def test_numpys_own_loops_on_the_runtime_never_sit_out(learn, monkeypatch):
     classes above, where it was 1.5-1.9x faster."""
     monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
     arms = Arms(learn, {"reference": 10e-6, "numpy": 25e-6})
-    own_loops(arms, "numpy")
-    on_runtime(arms, "numpy", 7)
+    arms.mark("numpy", runtime_pace=7, runtime_entry=lambda: ((), 7, 0))
     run(arms, 60)
     assert settled_on() == "reference"
     arms.ran.clear()
@@ -287,7 +301,7 @@ def test_long_calls_of_a_runtime_kernel_still_open_each_turn(learn, monkeypatch)
     monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
     arms = Arms(learn, {"reference": 2e-3, "numpy": 1e-3})
     arms.script("numpy", [2.2e-3, 1e-3] * 100)  # each turn's first call wakes its workers
-    on_runtime(arms, "numpy", 7)
+    arms.mark("numpy", runtime_pace=7)
     run(arms, 3 * (1 + RUN))
     assert arms.ran == (["reference"] + ["numpy"] * RUN) * 3
     run(arms, 30)
@@ -330,18 +344,6 @@ def test_within_the_margin_the_reference_stays(learn):
     assert settled_on() == "reference"
 
 
-def own_loops(arms, arm):
-    """``arm``'s kernel runs NumPy's own loops on the native runtime (the numpy backend)."""
-    real = arms.kernel
-
-    def kernel(name, spec):
-        k = real(name, spec)
-        if name == arm:
-            k.runtime_entry = lambda: ((), 7, 0)
-        return k
-    arms.kernel = kernel
-
-
 @pytest.mark.parametrize("behind, wins", [(1 + _learn.TIE / 2, True),
                                           (1 + 2 * _learn.TIE, False)])
 def test_a_tie_goes_to_numpys_own_loops_on_the_runtime(learn, monkeypatch, behind, wins):
@@ -351,8 +353,7 @@ def test_a_tie_goes_to_numpys_own_loops_on_the_runtime(learn, monkeypatch, behin
     settled on the reference at half the numpy backend's speed); further behind, not."""
     monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
     arms = Arms(learn, {"reference": 10e-6, "numpy": 10e-6 * behind, "other": 10e-6})
-    own_loops(arms, "numpy")
-    on_runtime(arms, "numpy", 7)
+    arms.mark("numpy", runtime_pace=7, runtime_entry=lambda: ((), 7, 0))
     run(arms, 4 * (_learn.MOST + 1))
     assert settled_on() == ("numpy" if wins else "reference")
 
@@ -375,25 +376,13 @@ def test_noise_cannot_fake_a_winner(learn):
     assert settled_on() == "reference"
 
 
-def on_runtime(arms, arm, pace):
-    """``arm``'s kernel splits on the native runtime under pacing record ``pace``."""
-    real = arms.kernel
-
-    def kernel(name, spec):
-        k = real(name, spec)
-        if name == arm:
-            k.runtime_pace = pace
-        return k
-    arms.kernel = kernel
-
-
 def test_the_pool_rests_before_each_call_off_the_runtime(learn, monkeypatch):
     """Each arm is timed as it runs settled: the runtime's spinning workers are parked
     before each call of the reference and of a backend off the runtime (on a machine with
     a core taken, one spinning made the reference's calls up to 3x slower, and a backend
     won), not before a call of a kernel on it."""
     arms = Arms(learn, {"reference": 10e-6, "numpy": 8e-6, "other": 9e-6})
-    on_runtime(arms, "numpy", 7)
+    arms.mark("numpy", runtime_pace=7)
     rests = []
     monkeypatch.setattr(_learn, "_rest", lambda: rests.append(arms.ran[-1:]))
     monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
@@ -409,7 +398,7 @@ def test_a_runtime_kernels_pause_ends_before_each_of_its_timed_calls(learn, monk
     after a lost split (one lost beside another arm's spinning threads kept every later
     call of the learning whole) ends before each of its calls."""
     arms = Arms(learn, {"reference": 10e-6, "numpy": 8e-6})
-    on_runtime(arms, "numpy", 7)
+    arms.mark("numpy", runtime_pace=7)
     resumed, rests = [], []
     monkeypatch.setattr(_learn, "_resume", lambda pace, n: resumed.append((pace, n)))
     monkeypatch.setattr(_learn, "_rest", lambda: rests.append(len(arms.ran)))
@@ -445,9 +434,9 @@ def test_calls_short_of_threads_are_not_counted(learn, monkeypatch, cause):
             if short and cause == "late":
                 late[0] += 1
             return k(x, out)
-        slowed.runtime_pace = 7
         return slowed
     arms.kernel = kernel
+    arms.mark("numpy", runtime_pace=7)
     short.append(True)
     run(arms, cycles(2, 1))
     short.clear()
