@@ -115,17 +115,23 @@ def test_a_call_torchs_threads_shared_announces_their_spin_to_the_runtime(monkey
 
     from fastmath.backends import torch as backend
     from fastmath.dispatch import _runtime
+    from helpers import FakeClock
 
-    fastmath.exp(np.ones(3))  # torch loaded, its spin set from its settings
     with fastmath.backend("torch-cpu"):
-        fastmath.exp(np.ones(10**5))
+        fastmath.exp(np.ones(10**5))  # torch loaded, its spin set from its settings
     monkeypatch.setattr(backend, "_spin", 0.5)
-    time.sleep(_runtime.foreign_left())
-    with fastmath.backend("torch-cpu"):
-        fastmath.exp(np.ones(backend.GRAIN))  # too small for its threads: nothing said
-        assert _runtime.foreign_left() == 0.0
-        fastmath.exp(np.ones(10**5))
-        assert _runtime.foreign_left() > 0.25
+    wall = FakeClock()  # the runtime's clocks, moved by the test alone
+    _runtime._set_clock(wall, FakeClock())
+    try:
+        # past any spin announced on the real clock (CLOCK_MONOTONIC, as the runtime's)
+        wall.advance(time.monotonic() + 10.0)
+        with fastmath.backend("torch-cpu"):
+            fastmath.exp(np.ones(backend.GRAIN))  # too small for its threads: nothing said
+            assert _runtime.foreign_left() == 0.0
+            fastmath.exp(np.ones(10**5))
+            assert _runtime.foreign_left() == pytest.approx(0.5)
+    finally:
+        _runtime._set_clock(None, None)
 
 
 def test_the_spin_announced_is_the_one_gnu_openmp_took():

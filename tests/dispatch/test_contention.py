@@ -289,18 +289,20 @@ def test_a_split_begun_beside_another_librarys_spin_is_not_judged():
     workers, which announce it: foreign()). A split begun meanwhile lost for want of
     cores, not for its kernel or the machine: it pauses nothing; once the spin is over,
     the same loss pauses the next calls."""
-    import time
-
+    wall = FakeClock()  # the runtime's clocks, moved by the test alone
+    _runtime._set_clock(wall, FakeClock())
     ident = _runtime.new_pace()
-    time.sleep(_runtime.foreign_left())
-    _runtime.foreign(0.5)
-    _runtime.judge(ident, N, 1e-3, 1e-4)  # begun before: that library's own next call
-    assert _runtime.pace(ident, N)["left"] == 1
-    _runtime.resume(ident, N)
-    time.sleep(2e-3)
-    _runtime.judge(ident, N, 1e-3, 1e-4)  # lost: ten times one thread's time
-    assert _runtime.pace(ident, N)["left"] == 0
-    time.sleep(_runtime.foreign_left() + 0.01)
-    _runtime.judge(ident, N, 1e-3, 1e-4)
-    assert _runtime.pace(ident, N)["left"] == 2  # the pause doubled after the first loss
+    try:
+        _runtime.foreign(0.5)
+        _runtime.judge(ident, N, 1e-3, 1e-4)  # begun before: that library's own next call
+        assert _runtime.pace(ident, N)["left"] == 1
+        _runtime.resume(ident, N)
+        wall.advance(2e-3)
+        _runtime.judge(ident, N, 1e-3, 1e-4)  # lost: ten times one thread's time
+        assert _runtime.pace(ident, N)["left"] == 0
+        wall.advance(1.0)  # the spin is over
+        _runtime.judge(ident, N, 1e-3, 1e-4)
+        assert _runtime.pace(ident, N)["left"] == 2  # the pause doubled after the first loss
+    finally:
+        _runtime._set_clock(None, None)
     _runtime.free_pace(ident)
