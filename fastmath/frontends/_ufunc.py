@@ -16,10 +16,10 @@ from ..dispatch import _alloc, _chain, _config, _fpe, _learn, _log, _parallel, _
 from . import _frames, _pipeline
 
 try:  # the fast path in C (fastmath/frontends/_hot.c), an optional extension
-    from ._hot import hot as _native_hot
+    from ._hot import hot as _native_hot, vectorcalled as _vectorcalled
     from ..dispatch._runtime import unary as _runtime_unary
 except ImportError:
-    _native_hot = _runtime_unary = None
+    _native_hot = _runtime_unary = _vectorcalled = None
 
 _ndarray = np.ndarray
 _current = _selection.current
@@ -97,7 +97,9 @@ class Ufunc(functools.partial):
     # closure ``_hot`` makes: a class-level __call__ would cost a slot lookup and an
     # argument tuple and dict on every call, and reading attributes of the instance (whose
     # class has __getattr__) costs more than a closure's variables, several times NumPy's
-    # whole scalar call.
+    # whole scalar call. With the extension built, that slot is entered by vectorcall
+    # (_hot.vectorcalled: Python 3.10 and 3.11 do not pass partial's on to a subclass), so
+    # a call makes no argument tuple either.
     # With the extension built, the closure is entered only for what the C fast path
     # (_hot.c) does not answer: it reads the same variables from ``_native``.
     _nin = 1  # operands the C fast path takes; 0: none, the closure is entered at once
@@ -109,6 +111,8 @@ class Ufunc(functools.partial):
         super().__init_subclass__(**kwargs)
         if isinstance(cls.__dict__.get("__doc__"), str):
             cls.__doc__ = _Doc(cls.__doc__)
+        if _vectorcalled is not None:
+            _vectorcalled(cls)
 
     def __new__(cls, spec):
         self = super().__new__(cls, cls._hot)
@@ -331,6 +335,10 @@ class Ufunc(functools.partial):
 
     def _derive(self, ins, res):
         return _fpe.derive(self.reference, ins, res) if self._spec.fpe else 0
+
+
+if _vectorcalled is not None:
+    _vectorcalled(Ufunc)
 
 
 def _lean_entry(kernel, dt):

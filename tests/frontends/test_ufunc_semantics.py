@@ -312,6 +312,33 @@ def test_numpys_errors_come_without_fastmaths_frames(case, n, backend):
     assert all(f == __file__ for f, _ in got[2][:len(want[2])])
 
 
+def test_calls_enter_by_vectorcall():
+    # Python 3.10 and 3.11 do not pass functools.partial's vectorcall on to a subclass:
+    # every call of a fastmath ufunc made an argument tuple (60 ns, a quarter of NumPy's
+    # call on ten elements) until _hot.vectorcalled set it for the class
+    import functools
+
+    from fastmath.frontends import _ufunc
+
+    if _ufunc._vectorcalled is None:
+        pytest.skip("the extension fastmath.frontends._hot is not built")
+    have_vectorcall = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
+    for f in (fastmath.exp, fastmath.logaddexp, fastmath.sinc):
+        assert type(f).__flags__ & have_vectorcall, type(f)
+        x = np.linspace(0.5, 1.0, 7)
+        assert_same(f(*[x] * f.nin) if hasattr(f, "nin") else f(x),
+                    getattr(np, f.__name__)(*[x] * getattr(f, "nin", 1)))
+
+    class Own(functools.partial):  # its own __call__: it keeps it
+        def __call__(self, *args):
+            return "own"
+
+    assert not _ufunc._vectorcalled(Own)
+    assert not Own.__flags__ & have_vectorcall and Own(len)([1]) == "own"
+    with pytest.raises(TypeError, match="must be a class"):
+        _ufunc._vectorcalled(fastmath.exp)
+
+
 def test_python_entries_keep_one_frame_and_the_references_own():
     # an entry written in Python stays in the traceback (Python adds it as the error
     # leaves); below it come only NumPy's and SciPy's Python frames (which ones depends on
