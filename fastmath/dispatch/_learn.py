@@ -21,7 +21,11 @@ runtime (the reference's, torch's) its spinning workers are parked, and a kernel
 splits again if a lost split had paused it. A call of a kernel on the runtime begun
 short of threads is not counted either (a worker that the run's first call woke has not
 run yet; or another library's threads still spin after their own call, torch's,
-announced to the runtime), up to SPARED such calls in a row.
+announced to the runtime), up to SPARED such calls in a row; nor is any arm's call
+during which the process took FAULTS page faults or more (from size class FAULTS_FROM):
+its output was memory the heap had just grown by, mapped as the call wrote it, a cost
+the program pays once (fastmath's outputs are recycled, dispatch/_alloc.py) and not the
+kernel's; on a VM one such call of 10^7 elements took 0.14-0.29 s against 6-20 ms.
 
 An arm's time is its typical time, the lower quartile of its counted calls: noise on a
 shared machine only adds time. An arm whose typical time after two counted calls or more
@@ -87,6 +91,9 @@ RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this 
 BASELINE_NEARBY = 3.0  # the baseline this far behind in the nearest class: not tried at first
 NEARBY_LONG = 1.25  # ... any arm this far behind, where the calls will take LONG seconds
 SPARED = 2  # a runtime kernel's calls short of threads left uncounted in a row, at most
+FAULTS = 2  # page faults during a timed call from which it is not counted (fresh memory)...
+FAULTS_FROM = 8  # ... in size classes from this one (32768 elements; two reads of the count
+# cost 1.6 us, and below it an output comes from memory the heap already has)
 SAMPLES = 5  # per arm before settling...
 LONG, LONG_SAMPLES = 1e-3, 3  # ... or this many where the reference takes LONG seconds
 # (a scheduler's hiccup is small beside such a call, and each extra call of a slower
@@ -107,6 +114,15 @@ try:  # the native runtime's pool: its spinning workers park before a call off i
 except ImportError:  # built without a C compiler
     _rest = _resume = _foreign_left = _late = None
 wall = time.time
+try:
+    import resource as _resource
+
+    def faults() -> int:
+        """The page faults this process has taken that needed no I/O (tests put a fake one
+        in its place)."""
+        return _resource.getrusage(_resource.RUSAGE_SELF).ru_minflt
+except ImportError:  # not on Windows
+    faults = None
 
 
 class _State:
@@ -206,9 +222,11 @@ class Cell:
 
     def record(self, arm, seconds, short=False):
         """One call of ``arm`` took ``seconds``; True once the cell has settled.
-        ``short``: it began short of threads, a worker of the runtime still waking or
-        another library's threads still spinning after their own call (not counted, up
-        to SPARED such calls in a row: a core may be taken for good)."""
+        ``short``: it is not what the kernel takes settled: it began short of threads (a
+        worker of the runtime still waking, or another library's threads still spinning
+        after their own call), or it mapped fresh memory (FAULTS page faults); not
+        counted, up to SPARED such calls in a row (a core may be taken for good, a kernel
+        may map memory on every call)."""
         with self.lock:
             if not self.learning or arm not in self.times or arm in self.dropped:
                 return False
@@ -216,7 +234,7 @@ class Cell:
             spared = self.spared.get(arm, 0)
             if arm in self.opening or (short and spared < SPARED):
                 # a run's first call (its pool woke, or it warms up), or one short of
-                # threads
+                # threads or of mapped memory
                 if arm not in self.opening:
                     self.spared[arm] = spared + 1
                 self.opening.discard(arm)
@@ -333,13 +351,15 @@ def _typical(v):
 
 class Timed:
     """A kernel whose calls the cell times (only while it learns). ``pace``: the native
-    runtime's pacing record of the kernel's calls (-1: not on the runtime)."""
+    runtime's pacing record of the kernel's calls (-1: not on the runtime); ``watch``:
+    whether a call's page faults are counted (size class FAULTS_FROM and up)."""
 
-    __slots__ = ("kernel", "cell", "arm", "pace")
+    __slots__ = ("kernel", "cell", "arm", "pace", "watch")
 
     def __init__(self, kernel, cell, arm):
         self.kernel, self.cell, self.arm = kernel, cell, arm
         self.pace = _pace_of(kernel)
+        self.watch = faults is not None and cell.key[2] >= FAULTS_FROM
 
     def __call__(self, *args):
         # a split begun while a worker woken by the run's first call has not run yet (a
@@ -347,6 +367,9 @@ class Timed:
         # spin after their own call, is short of threads: not what the kernel takes
         if self.pace >= 0:
             late, spun = _late(), _foreign_left() > 0
+        # a call whose output is memory the heap grows by maps it as it writes (a fault a
+        # page, or a huge page), once in a program: not what the kernel takes
+        mapped = faults() if self.watch else 0
         start = clock()
         try:
             result = self.kernel(*args)
@@ -354,11 +377,13 @@ class Timed:
             if self.cell.drop(self.arm):  # the chain's next kernel takes the call
                 _settle(self.cell)
             raise
+        seconds = clock() - start
         if result is NotImplemented:
             if self.cell.drop(self.arm):  # it cannot take this cell's calls
                 _settle(self.cell)
-        elif self.cell.record(self.arm, clock() - start,
-                              self.pace >= 0 and (spun or _late() != late)):
+        elif self.cell.record(self.arm, seconds, (
+                self.pace >= 0 and (spun or _late() != late))
+                or (self.watch and faults() - mapped >= FAULTS)):
             _settle(self.cell)
         return result
 
