@@ -141,9 +141,18 @@ class _Unary:
 
     def __call__(self, *ins):
         out = ins[-1]
-        nbytes = out.size * out.itemsize
+        nbytes = out.nbytes
         if nbytes >= self._min_split and self._native != ():
-            flags = self._compiled(ins[:-1], out)
+            # one operand, the common call, without a further frame: the Python around
+            # the runtime's call cost 1.1 us of a 4.3 us call of log on 10^4 float32
+            # elements, and auto, timing it so, kept NumPy (4.4 us) on that call where
+            # the runtime took 3.3 us
+            native = self._native or self._loops()
+            x = ins[0]
+            if len(ins) == 2 and native and x.shape == out.shape:
+                flags = _runtime.unary(native, x, out, self._pace, 0, 0, _parallel.threads())
+            else:
+                flags = self._compiled(ins[:-1], out)
             if flags is not None:
                 return flags
         if nbytes < self.min_bytes:
