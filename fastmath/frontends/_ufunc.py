@@ -16,10 +16,10 @@ from ..dispatch import _alloc, _chain, _config, _fpe, _learn, _log, _parallel, _
 from . import _frames, _pipeline
 
 try:  # the fast path in C (fastmath/frontends/_hot.c), an optional extension
-    from ._hot import hot as _native_hot, vectorcalled as _vectorcalled
+    from ._hot import direct as _direct, hot as _native_hot, vectorcalled as _vectorcalled
     from ..dispatch._runtime import unary as _runtime_unary
 except ImportError:
-    _native_hot = _runtime_unary = _vectorcalled = None
+    _native_hot = _runtime_unary = _vectorcalled = _direct = None
 
 _ndarray = np.ndarray
 _current = _selection.current
@@ -99,7 +99,8 @@ class Ufunc(functools.partial):
     # class has __getattr__) costs more than a closure's variables, several times NumPy's
     # whole scalar call. With the extension built, that slot is entered by vectorcall
     # (_hot.vectorcalled: Python 3.10 and 3.11 do not pass partial's on to a subclass), so
-    # a call makes no argument tuple either.
+    # a call makes no argument tuple either, and an instance's own vectorcall enters the
+    # C fast path at once (_hot.direct), without partial's in between.
     # With the extension built, the closure is entered only for what the C fast path
     # (_hot.c) does not answer: it reads the same variables from ``_native``.
     _nin = 1  # operands the C fast path takes; 0: none, the closure is entered at once
@@ -128,6 +129,8 @@ class Ufunc(functools.partial):
                       _frames.trim_all, [], "numpy", _parallel.serial, _runtime_unary, {}, []]
             entry = _native_hot(native)
         self.__setstate__((entry, (), {}, None))  # (this empties the instance's __dict__)
+        if native is not None:
+            _direct(self)  # (after __setstate__, which sets partial's own call back)
         self._cells = dict(zip(fast.__code__.co_freevars, fast.__closure__))
         self._native = native
         return self

@@ -339,6 +339,35 @@ def test_calls_enter_by_vectorcall():
         _ufunc._vectorcalled(fastmath.exp)
 
 
+def test_direct_calls_keep_partials_meaning():
+    # _hot.direct gives an instance a call of its own that enters the C fast path without
+    # functools.partial's in between; any partial it is given (arguments or keywords
+    # stored, another function) still calls as partial does
+    import functools
+
+    from fastmath.frontends import _ufunc
+
+    if _ufunc._direct is None:
+        pytest.skip("the extension fastmath.frontends._hot is not built")
+    for f in (fastmath.exp, fastmath.logaddexp, fastmath.sinc):
+        assert _ufunc._direct(f)  # (done as each was made: again changes nothing)
+    x = np.linspace(0.5, 1.0, 7)
+    assert_same(fastmath.exp(x), np.exp(x))
+    assert_same(fastmath.logaddexp(x, x), np.logaddexp(x, x))
+
+    class P(functools.partial):
+        pass
+
+    _ufunc._vectorcalled(P)
+    stored, kept, plain = P(lambda a, b: max(a, b), 5), P(sorted), P(len)
+    assert all(_ufunc._direct(p) for p in (stored, kept, plain))
+    kept.keywords["reverse"] = True
+    assert stored(3) == 5 and kept([1, 3, 2]) == [3, 2, 1] and plain([1, 2]) == 2
+    with pytest.raises(TypeError):
+        plain()
+    assert not _ufunc._direct(1) and not _ufunc._direct(np.exp)
+
+
 def test_python_entries_keep_one_frame_and_the_references_own():
     # an entry written in Python stays in the traceback (Python adds it as the error
     # leaves); below it come only NumPy's and SciPy's Python frames (which ones depends on
