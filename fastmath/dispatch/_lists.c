@@ -90,7 +90,7 @@ static void run_items(char **args, npy_intp const *count, npy_intp const *steps,
             nanosleep(&nap, NULL);
         }
     }
-    feclearexcept(ERRORS);
+    clear_raised(ERRORS);
     for (npy_intp k = first; k < end; k++, it++) {
         if (it->n == 0) {
             continue;

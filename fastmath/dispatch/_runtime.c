@@ -41,6 +41,7 @@
 #include <numpy/arrayobject.h>
 #include <numpy/ufuncobject.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -243,7 +244,7 @@ static void *worker(void *unused)
         }
         atomic_fetch_add_explicit(&joins, 1, memory_order_relaxed);
         fesetenv(&job->env);
-        feclearexcept(FLAGS);
+        clear_raised(FLAGS);
         run_pieces(job);
         int raised = fetestexcept(FLAGS);
         if (raised) {
@@ -380,10 +381,12 @@ static fm_pace *fm_pace_of(fm_pace *paces, intptr_t n)
     return &paces[b < FM_BUCKETS ? b : FM_BUCKETS - 1];
 }
 
-/* The FP flags a caller's own bookkeeping could raise (a time in floating point) are put
- * back as they were: what the caller reads after a call must be what its pieces raised. */
-#define KEEP_FLAGS_BEGIN fexcept_t kept_flags_; fegetexceptflag(&kept_flags_, FE_ALL_EXCEPT);
-#define KEEP_FLAGS_END fesetexceptflag(&kept_flags_, FE_ALL_EXCEPT);
+/* The FP error flags a caller's own bookkeeping could raise (a time in floating point) are
+ * put back as they were: what the caller reads after a call must be what its pieces
+ * raised. (Inexact, which nothing reads and NumPy's loops raise at will, is left: putting
+ * back every flag reloaded the x87 environment on every call.) */
+#define KEEP_FLAGS_BEGIN int kept_flags_ = fetestexcept(ERRORS);
+#define KEEP_FLAGS_END clear_raised(ERRORS & ~kept_flags_);
 
 /* A run of n elements kept whole took ns: its time per element joins the last FM_KEEP. */
 static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
@@ -548,17 +551,46 @@ static void strided(char **args, intptr_t const *count, intptr_t const *steps, v
 
 /* unary(loops, x, out, pace, min_split, piece, threads) -> NumPy's FP flag bits, or None;
  * x: one array, or a tuple of one or two (a two-argument ufunc's operands, of one dtype) */
-static PyObject *py_unary(PyObject *self, PyObject *args)
+/* An int argument of unary(), or -1 with an error set (none of them may be negative). */
+static Py_ssize_t index_arg(PyObject *o, const char *name)
 {
-    PyObject *loops, *xo, *oo;
-    int pace, threads;
-    Py_ssize_t min_split, piece;
-    if (!PyArg_ParseTuple(args, "O!OOinni", &PyTuple_Type, &loops, &xo, &oo, &pace, &min_split,
-                          &piece, &threads)) {
+    Py_ssize_t v;
+    if (PyLong_Check(o)) {
+        v = PyLong_AsSsize_t(o);
+    }
+    else { /* a NumPy integer, say */
+        PyObject *i = PyNumber_Index(o);
+        v = i != NULL ? PyLong_AsSsize_t(i) : -1;
+        Py_XDECREF(i);
+    }
+    if (v < 0 || v > INT_MAX) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_OverflowError)
+                || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "unary(): %s must be an int from 0", name);
+        }
+        return -1;
+    }
+    return v;
+}
+
+/* unary(loops, x, out, pace, min_split, piece, threads), its arguments read as they are
+ * (a call's parse was a tenth of a call on 10^4 float32 elements) */
+static PyObject *py_unary(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "unary(loops: tuple, x, out, pace, min_split, piece, threads)");
         return NULL;
     }
-    if (pace < 0 || pace >= atomic_load(&npaces) || piece < 0) {
-        PyErr_SetString(PyExc_ValueError, "pace must come from new_pace(), piece be >= 0");
+    PyObject *loops = args[0], *xo = args[1], *oo = args[2];
+    Py_ssize_t pace = index_arg(args[3], "pace"), min_split = index_arg(args[4], "min_split");
+    Py_ssize_t piece = index_arg(args[5], "piece"), threads = index_arg(args[6], "threads");
+    if (pace < 0 || min_split < 0 || piece < 0 || threads < 0) {
+        return NULL;
+    }
+    if (pace >= atomic_load(&npaces)) {
+        PyErr_SetString(PyExc_ValueError, "pace must come from new_pace()");
         return NULL;
     }
     PyObject *ins[2];
@@ -599,9 +631,15 @@ static PyObject *py_unary(PyObject *self, PyObject *args)
     CallInfo *info = NULL;
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(loops); j++) {
         PyObject *in_dt, *out_dt, *cap;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(loops, j), "OOO", &in_dt, &out_dt, &cap)) {
+        PyObject *entry = PyTuple_GET_ITEM(loops, j); /* (read as it is: a parse a loop
+                                                       * was a tenth of a short call) */
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+            PyErr_SetString(PyExc_TypeError, "loops: (in dtype, out dtype, capsule) tuples");
             return NULL;
         }
+        in_dt = PyTuple_GET_ITEM(entry, 0);
+        out_dt = PyTuple_GET_ITEM(entry, 1);
+        cap = PyTuple_GET_ITEM(entry, 2);
         if ((PyObject *)PyArray_DESCR(x[0]) == in_dt && (PyObject *)PyArray_DESCR(out) == out_dt) {
             info = PyCapsule_GetPointer(cap, CALL_INFO);
             if (info == NULL) {
@@ -641,13 +679,15 @@ static PyObject *py_unary(PyObject *self, PyObject *args)
     if (n > 500) {
         NPY_BEGIN_THREADS;
     }
-    feclearexcept(ERRORS);
+    clear_raised(ERRORS);
     if (n < min_split || fm_split(paces[pace], &job, threads) == FM_NOT_RUN) {
         npy_intp count = n;
         info->strided_loop(info->context, job.args, &count, job.steps, info->auxdata);
     }
     raised = fetestexcept(ERRORS);
-    feclearexcept(ERRORS);
+    if (raised) {
+        feclearexcept(ERRORS);
+    }
     NPY_END_THREADS;
     return PyLong_FromLong(info->no_floatingpoint_errors ? 0 : fpe_bits(raised));
 }
@@ -1230,7 +1270,7 @@ static PyObject *py_fixed_cost(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"unary", py_unary, METH_VARARGS,
+    {"unary", (PyCFunction)(void (*)(void))py_unary, METH_FASTCALL,
      "unary(loops, x, out, pace, min_split, piece, threads) -> NumPy's FP flag bits, or None\n"
      "where it cannot take the call: NumPy's loop for x's dtype (loops: (in dtype, out\n"
      "dtype, call info) from numpy.ufunc._get_strided_loop) over contiguous x (an array, or\n"

@@ -396,3 +396,52 @@ def test_no_flag_but_the_loops_reaches_the_caller(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, cwd=root, env=env)
     assert r.stdout.split() == ["clean"], r.stderr[-1500:]
+
+
+def test_unary_reads_its_arguments_as_they_are():
+    """unary() reads its seven arguments without a parse (a parse was a tenth of a call on
+    10^4 float32 elements): NumPy's integers count as ints, and each bad one gets an
+    error naming it."""
+    x = np.linspace(0.5, 1.0, 5000)
+    kernel = numpy_backend.NumpyBackend().kernel(fastmath.exp._spec)
+    loops, pace, _ = kernel.runtime_entry()
+    out = np.empty_like(x)
+    assert _runtime.unary(loops, x, out, np.int64(pace), 0, 0, np.intp(1)) == 0
+    same(out, np.exp(x))
+    with pytest.raises(TypeError, match="loops: tuple"):
+        _runtime.unary(list(loops), x, out, pace, 0, 0, 1)
+    with pytest.raises(TypeError, match="loops: tuple"):
+        _runtime.unary(loops, x, out, pace, 0, 0)
+    for k, name in [(3, "pace"), (4, "min_split"), (5, "piece"), (6, "threads")]:
+        for bad in (-1, 1.5, 1 << 40):
+            args = [loops, x, out, pace, 0, 0, 1]
+            args[k] = bad
+            with pytest.raises((ValueError, TypeError), match=name):
+                _runtime.unary(*args)
+    with pytest.raises(ValueError, match="new_pace"):
+        _runtime.unary(loops, x, out, 10_000, 0, 0, 1)
+    with pytest.raises(TypeError, match="capsule"):
+        _runtime.unary(((1, 2),), x, out, pace, 0, 0, 1)
+
+
+def test_the_runtimes_bookkeeping_raises_no_error_flag(fresh):
+    """The runtime's bookkeeping (times per element in floating point) must leave no error
+    flag behind it, split, whole or judged (it tests the flags now rather than reloading
+    the whole FP environment on every call)."""
+    import ctypes
+    import ctypes.util
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the flags' bits are x86's here")
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    x = np.linspace(0.5, 1.0, N)
+    kernel = numpy_backend.NumpyBackend().kernel(fastmath.exp._spec)
+    loops, pace, _ = kernel.runtime_entry()
+    out = np.empty_like(x)
+    _runtime.set_pacing(True)
+    libm.feclearexcept(0x3D)
+    for _ in range(80):  # splits, whole runs timed (one in SAMPLE), splits judged
+        assert _runtime.unary(loops, x, out, pace, 0, 0, 2) == 0
+        assert libm.fetestexcept(0x1D) == 0  # divide, overflow, underflow, invalid
+    same(out, np.exp(x))
