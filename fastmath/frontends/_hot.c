@@ -32,7 +32,8 @@ enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
 /* LEAN's entries: (dtype, loops, pace, smallest size on the runtime, largest size, the
  * result's dtype, the kernel); AUTOLEAN's: the same for a size class ``auto`` learned to
  * run on the numpy backend (its first and past-last size), and the learned choice
- * (_learn.Settled: its ``left`` counts the calls down to the next revisit) */
+ * (_learn.Settled: its ``left`` counts the calls down to the next revisit); loops None:
+ * a class learned for the reference, called as it is */
 enum { L_DTYPE, L_LOOPS, L_PACE, L_MIN, L_MAX, L_OUT, L_KERNEL, L_SETTLED, L_N };
 
 static PyObject *default_name;  /* "default": the selection state's attribute */
@@ -197,7 +198,8 @@ run_unary(PyObject *const *s, PyObject *x, PyObject *e)
 /* Under ``auto``, one C-contiguous array of a dtype and size class that ``auto`` learned to
  * run on the numpy backend: that backend's runtime call, made here, while the learned
  * choice has calls left before its revisit (the revisit's call takes the Python path,
- * which learns again). NULL with no error set: the Python path takes the call. */
+ * which learns again); of a class learned for the reference, the reference's own call.
+ * NULL with no error set: the Python path takes the call. */
 static PyObject *
 lean_auto(PyObject *const *s, PyObject *x)
 {
@@ -247,6 +249,9 @@ lean_auto(PyObject *const *s, PyObject *x)
         return NULL;
     }
     Py_DECREF(fewer);
+    if (PyTuple_GET_ITEM(e, L_LOOPS) == Py_None) {
+        return PyObject_CallOneArg(s[REF], x); /* NumPy's call: its own FP reports */
+    }
     return run_unary(s, x, e);
 }
 

@@ -29,7 +29,7 @@ _log_state = _log.state
 _instances: list = []
 _LEAN = 10  # the index of _hot.c's list of the calls it makes itself
 _SMALLS = 14  # ... and of its sizes by dtype
-_AUTOLEAN = 15  # ... and of the numpy backend's calls it makes itself under auto
+_AUTOLEAN = 15  # ... and of the calls it makes itself under auto (numpy backend, reference)
 _LEARNED = {np.dtype(d): d for d in _learn.DTYPES}
 _by_name: dict = {}  # registry name -> its instance: what a pickled one is found by
 _BIG = 1 << 62
@@ -293,8 +293,11 @@ class Ufunc(functools.partial):
     def _remember_auto(self, x):
         """Let the C fast path (_hot.c) make the numpy backend's runtime call itself for
         one C-contiguous array of a dtype and size class that ``auto`` learned to run on
-        that backend, while the learned choice holds (its revisit is the Python path's):
-        the learned table's path in Python costs 2-5 us a call."""
+        that backend, and the reference's call for a class learned for the reference
+        (where the classes below it run a backend, the fast path's size test does not
+        reach it), while the learned choice holds (its revisit is the Python path's): the
+        learned table's path in Python costs 2-5 us a call, a tenth of a call of log on
+        10^5 float32 elements."""
         if type(x) is not _ndarray or _log_state.on or not _learn.state.on:
             return
         dt = _LEARNED.get(x.dtype)
@@ -312,6 +315,8 @@ class Ufunc(functools.partial):
             0] == "numpy" else None
         if entry is not None and entry[3] <= lo:  # (the class's sizes all run on the runtime)
             entries.append(entry[:3] + (lo, min(hi, entry[4])) + entry[5:] + (settled,))
+        elif not chain:  # the reference's own call
+            entries.append((x.dtype, None, -1, lo, hi, None, None, settled))
         self._native[_AUTOLEAN] = entries
 
     def _forget_lean(self):

@@ -710,6 +710,41 @@ def test_a_class_learned_for_the_numpy_backend_runs_from_the_c_fast_path(learn, 
     assert [str(w.message) for w in got] == ["overflow encountered in exp"] * 2
 
 
+def test_a_class_learned_for_the_reference_runs_from_the_c_fast_path(learn, monkeypatch):
+    """A size class learned for the reference above one that runs a backend is beyond the
+    fast path's size test: its calls took the learned table's path in Python (2-5 us, a
+    tenth of log on 10^5 float32 elements). The C fast path makes the reference's own call
+    there, NumPy's warnings included, until the revisit, which learns again in Python."""
+    pytest.importorskip("fastmath.frontends._hot")
+    below, x = np.linspace(0.1, 1, N // 4), np.linspace(0.1, 1, N)
+    for a, choice in ((below, "numpy"), (x, "reference")):  # the class below: a backend's
+        fastmath.exp(a)  # the cell, learning
+        key = ("exp", "float64", _learn.size_class(a.size), 0)
+        cell = _learn.cells[key]
+        cell.choice, cell.learning, cell.medians = choice, False, {choice: 1e-5}
+        _learn._settle(cell)
+    assert N >= fastmath.exp._small  # (not the fast path's small calls)
+    planned = []
+    real = _selection.plan
+    monkeypatch.setattr(_selection, "plan", lambda *a: planned.append(a[1]) or real(*a))
+    for _ in range(10):
+        assert_same(fastmath.exp(x), np.exp(x))
+    assert len(planned) == 1  # the first call, which hands the class to the C path
+    _learn.settled[key].left = 3
+    for _ in range(3):
+        fastmath.exp(x)
+    assert len(planned) == 2 and cell.learning  # the revisit's call: learning again
+    cell.choice, cell.learning = "reference", False
+    _learn._settle(cell)
+    fastmath.exp(x)
+    big = np.full(N, 1000.0)
+    with warnings.catch_warnings(record=True) as got, np.errstate(over="warn"):
+        warnings.simplefilter("always")
+        np.testing.assert_array_equal(fastmath.exp(big), np.exp(big))
+    assert [str(w.message) for w in got] == ["overflow encountered in exp"] * 2
+    assert got[0].filename == __file__
+
+
 def test_only_the_dtypes_with_ulp_bounds_are_learned(learn):
     x = np.linspace(0.1, 1, N).astype(np.float16)
     for _ in range(5):
