@@ -80,6 +80,22 @@ class Arms:
         self.kernel = kernel
 
 
+    def following(self, arm, cost):
+        """``arm``'s calls take ``cost(previous)`` seconds, ``previous`` the arm whose call
+        ran just before (None: none yet)."""
+        real = self.kernel
+
+        def kernel(name, spec):
+            k = real(name, spec)
+            if name != arm:
+                return k
+
+            def timed(x, out):
+                self.costs[arm] = cost(self.ran[-1] if self.ran else None)
+                return k(x, out)
+            return timed
+        self.kernel = kernel
+
     def mark(self, arm, **attributes):
         """``arm``'s kernel has these attributes (``runtime_pace``: it splits on the native
         runtime under that pacing record; ``runtime_entry``: it runs NumPy's own loops
@@ -167,17 +183,7 @@ def test_a_runs_first_call_is_not_counted(learn):
     pays the wake-up and is not counted, the next ones (as a settled cell runs) are."""
     arms = Arms(learn, {"reference": 10e-6, "pooled": 6e-6})
 
-    def kernel(arm, spec, real=arms.kernel):
-        k = real(arm, spec)
-        if arm != "pooled":
-            return k
-
-        def waking(x, out):
-            first = arms.ran[-1:] != ["pooled"]
-            arms.costs["pooled"] = 30e-6 if first else 6e-6
-            return k(x, out)
-        return waking
-    arms.kernel = kernel
+    arms.following("pooled", lambda previous: 6e-6 if previous == "pooled" else 30e-6)
     run(arms, 60)
     assert settled_on() == "pooled"
     cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
@@ -435,18 +441,7 @@ def test_the_references_first_call_after_split_calls_is_not_counted(learn, monke
     arms = Arms(learn, {"reference": 10e-6, "numpy": 12e-6})
     arms.mark("numpy", runtime_pace=7, runtime_entry=lambda: ((), 7, 0))
     monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
-    real = arms.kernel
-
-    def kernel(name, spec):
-        k = real(name, spec)
-        if name != "reference":
-            return k
-
-        def migrating(x, out):
-            arms.costs["reference"] = 30e-6 if arms.ran[-1:] == ["numpy"] else 10e-6
-            return k(x, out)
-        return migrating
-    arms.kernel = kernel
+    arms.following("reference", lambda previous: 30e-6 if previous == "numpy" else 10e-6)
     run(arms, 80)
     assert settled_on() == "reference"
     cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
@@ -707,52 +702,23 @@ def test_a_dtype_learned_as_the_reference_takes_the_fast_path_alone(learn, monke
     assert planned == ["float64"] * 5
 
 
-def test_a_class_learned_for_the_numpy_backend_runs_from_the_c_fast_path(learn, monkeypatch):
-    """A size class learned for the numpy backend has its calls made by the ufuncs' C fast
-    path (the learned table's path in Python cost 2-5 us a call), bitwise NumPy's, until
-    the revisit, whose call takes the Python path and learns again; a call that raised an
-    FP flag is computed again there and reported as NumPy reports it."""
+@pytest.mark.parametrize("choice", ["numpy", "reference"])
+def test_a_learned_class_runs_from_the_c_fast_path(learn, monkeypatch, choice):
+    """A size class learned for the numpy backend, or for the reference above a class that
+    runs a backend (beyond the fast path's size test), has its calls made by the ufuncs'
+    C fast path: the learned table's path in Python cost 2-5 us a call, a tenth of log on
+    10^5 float32 elements. Bitwise NumPy's, until the revisit, whose call takes the Python
+    path and learns again; a call that raised an FP flag warns as NumPy's does, from the
+    caller's line."""
     pytest.importorskip("fastmath.frontends._hot")
-    if fastmath.dispatch._parallel.threads() < 2:
+    if choice == "numpy" and fastmath.dispatch._parallel.threads() < 2:
         pytest.skip("one thread: the numpy backend runs NumPy's own call")
-    x = np.linspace(0.1, 1, N)
-    fastmath.exp(x)  # the cell, learning
-    key = ("exp", "float64", _learn.size_class(N), 0)
-    cell = _learn.cells[key]
-    cell.choice, cell.learning, cell.medians = "numpy", False, {"numpy": 1e-5}
-    _learn._settle(cell)
-    planned = []
-    real = _selection.plan
-    monkeypatch.setattr(_selection, "plan", lambda *a: planned.append(a[1]) or real(*a))
-    for _ in range(10):
-        np.testing.assert_array_equal(fastmath.exp(x), np.exp(x))
-    assert len(planned) == 1  # the first call, which hands the class to the C path
-    _learn.settled[key].left = 3
-    for _ in range(3):
-        fastmath.exp(x)
-    assert len(planned) == 2 and cell.learning  # the revisit's call: learning again
-    cell.choice, cell.learning = "numpy", False
-    _learn._settle(cell)
-    fastmath.exp(x)
-    big = np.full(N, 1000.0)
-    with warnings.catch_warnings(record=True) as got, np.errstate(over="warn"):
-        warnings.simplefilter("always")
-        np.testing.assert_array_equal(fastmath.exp(big), np.exp(big))
-    assert [str(w.message) for w in got] == ["overflow encountered in exp"] * 2
-
-
-def test_a_class_learned_for_the_reference_runs_from_the_c_fast_path(learn, monkeypatch):
-    """A size class learned for the reference above one that runs a backend is beyond the
-    fast path's size test: its calls took the learned table's path in Python (2-5 us, a
-    tenth of log on 10^5 float32 elements). The C fast path makes the reference's own call
-    there, NumPy's warnings included, until the revisit, which learns again in Python."""
-    pytest.importorskip("fastmath.frontends._hot")
     below, x = np.linspace(0.1, 1, N // 4), np.linspace(0.1, 1, N)
-    for a, choice in ((below, "numpy"), (x, "reference")):  # the class below: a backend's
+    for a, learned in ((below, "numpy"), (x, choice)):  # the class below: a backend's
         fastmath.exp(a)  # the cell, learning
         key = ("exp", "float64", _learn.size_class(a.size), 0)
         cell = _learn.cells[key]
-        cell.choice, cell.learning, cell.medians = choice, False, {choice: 1e-5}
+        cell.choice, cell.learning, cell.medians = learned, False, {learned: 1e-5}
         _learn._settle(cell)
     assert N >= fastmath.exp._small  # (not the fast path's small calls)
     planned = []
@@ -765,7 +731,7 @@ def test_a_class_learned_for_the_reference_runs_from_the_c_fast_path(learn, monk
     for _ in range(3):
         fastmath.exp(x)
     assert len(planned) == 2 and cell.learning  # the revisit's call: learning again
-    cell.choice, cell.learning = "reference", False
+    cell.choice, cell.learning = choice, False
     _learn._settle(cell)
     fastmath.exp(x)
     big = np.full(N, 1000.0)
