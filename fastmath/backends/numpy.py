@@ -143,16 +143,7 @@ class _Unary:
         out = ins[-1]
         nbytes = out.nbytes
         if nbytes >= self._min_split and self._native != ():
-            # one operand, the common call, without a further frame: the Python around
-            # the runtime's call cost 1.1 us of a 4.3 us call of log on 10^4 float32
-            # elements, and auto, timing it so, kept NumPy (4.4 us) on that call where
-            # the runtime took 3.3 us
-            native = self._native or self._loops()
-            x = ins[0]
-            if len(ins) == 2 and native and x.shape == out.shape:
-                flags = _runtime.unary(native, x, out, self._pace, 0, 0, _parallel.threads())
-            else:
-                flags = self._compiled(ins[:-1], out)
+            flags = self._compiled(ins[0] if len(ins) == 2 else ins[:-1], out)
             if flags is not None:
                 return flags
         if nbytes < self.min_bytes:
@@ -229,13 +220,19 @@ class _Unary:
     def _compiled(self, xs, out):
         """The call on the native runtime, its FP flags; None where that cannot take it
         (broadcasting, another layout, a dtype NumPy's call would cast, an out= overlapping
-        an input other than exactly). ``xs``: the operands, or one array."""
-        native = self._loops()
+        an input other than exactly). ``xs``: the operands, or one array.
+
+        One array, the common call, is checked without a generator or a further call: the
+        Python around the runtime's call was 1.1 us of a 4.3 us call of log on 10^4
+        float32 elements, and auto, timing it so, kept NumPy's call (4.4 us) where the
+        runtime's took 3.3 us."""
+        native = self._native or self._loops()
         if not native:
             return None
-        if not isinstance(xs, tuple):
-            xs = (xs,)
-        if any(x.shape != out.shape for x in xs):
+        if type(xs) is tuple:
+            if any(x.shape != out.shape for x in xs):
+                return None
+        elif xs.shape != out.shape:
             return None
         return _runtime.unary(native, xs, out, self._pace, 0, 0, _parallel.threads())
 
