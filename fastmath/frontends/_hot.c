@@ -396,11 +396,12 @@ hot(PyObject *module, PyObject *state)
 }
 
 /* vectorcalled(cls): whether calls of cls's instances now enter the call slot of its
- * nearest base with a vectorcall (functools.partial's) by vectorcall. Python 3.12 lets a class that does not
- * define __call__ inherit its base's vectorcall; 3.10 and 3.11 keep the slot's offset but not
- * the flag that says it is there, so every call of a fastmath ufunc paid partial's tp_call:
- * an argument tuple made and unpacked again, 60 ns, a quarter of NumPy's whole call on ten
- * elements. The flag is set here where the class calls exactly as that base does. */
+ * nearest base with a vectorcall (functools.partial's) by vectorcall. Python 3.12 lets a
+ * class that does not define __call__ inherit its base's vectorcall; 3.10 and 3.11 keep
+ * the slot's offset but not the flag that says it is there, so every call of a fastmath
+ * ufunc paid partial's tp_call: an argument tuple made and unpacked again, 60 ns, a
+ * quarter of NumPy's whole call on ten elements. The flag is set here where the class
+ * calls exactly as that base does. */
 static PyObject *
 vectorcalled(PyObject *module, PyObject *cls)
 {
@@ -462,9 +463,11 @@ direct(PyObject *module, PyObject *obj)
     PyObject *kw = PyObject_GetAttrString(obj, "keywords");
     PyObject **f = (PyObject **)((char *)obj + sizeof(PyObject));
     int ok = fn != NULL && args != NULL && kw != NULL && PyTuple_CheckExact(args)
-             && PyDict_CheckExact(kw) && (size_t)t->tp_basicsize >= sizeof(PyObject) + 3 * sizeof(PyObject *)
+             && PyDict_CheckExact(kw)
+             && (size_t)t->tp_basicsize >= sizeof(PyObject) + 3 * sizeof(PyObject *)
              && f[0] == fn && f[1] == args && f[2] == kw && *slot != NULL
-             && (*slot == direct_call || partial_vectorcall == NULL || *slot == partial_vectorcall);
+             && (*slot == direct_call || partial_vectorcall == NULL
+                 || *slot == partial_vectorcall);
     Py_XDECREF(fn);
     Py_XDECREF(args);
     Py_XDECREF(kw);
