@@ -10,10 +10,15 @@
  * date (Ufunc._small, Ufunc._ref): the reference, the size below which ``auto`` calls
  * it, the types of one element (empty while one element is not below that size), the
  * Python fast path, the number of operands, numpy.ndarray, the backend context variable,
- * the selection state, "auto" and the traceback trimmer (and, at the end, the sizes by
- * dtype below which ``auto`` calls the reference too, Ufunc._smalls). Any call it does not answer, and
- * every call while a profiler or tracer watches this thread (so that they see fastmath's
- * frames), goes to the Python fast path, which decides exactly as before.
+ * the selection state, "auto" and the traceback trimmer (and, further on, the sizes by
+ * dtype below which ``auto`` calls the reference too, Ufunc._smalls, and the function
+ * that acts on FP flags as NumPy's error state says, _fpe.report for this function).
+ * Calls with no option, and calls whose one option is an output array (out=, as NumPy
+ * takes it: ``np.exp(x, out=x)`` is common in numerical code, and the Python path's
+ * parse of it cost 5 us, more than NumPy's whole call on 10^3 elements), are answered
+ * here. Any call it does not answer, and every call while a profiler or tracer watches
+ * this thread (so that they see fastmath's frames), goes to the Python fast path, which
+ * decides exactly as before.
  *
  * An error from the Python path leaves with fastmath's frames taken out of its traceback
  * (frontends/_frames.py): having no frame of its own, this function is where that is
@@ -27,7 +32,7 @@
 #include <numpy/arrayobject.h>
 
 enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
-       LEAN, NUMPY, SERIAL, UNARY, SMALLS, AUTOLEAN, NSTATE };
+       LEAN, NUMPY, SERIAL, UNARY, SMALLS, AUTOLEAN, REPORT, NSTATE };
 
 /* LEAN's entries: (dtype, loops, pace, smallest size on the runtime, largest size, the
  * result's dtype, the kernel); AUTOLEAN's: the same for a size class ``auto`` learned to
@@ -105,19 +110,35 @@ new_like(PyObject *x, PyObject *descr)
     return PyArray_NewLikeArray((PyArrayObject *)x, NPY_KEEPORDER, (PyArray_Descr *)descr, 0);
 }
 
-static PyObject *run_unary(PyObject *const *s, PyObject *x, PyObject *e);
+/* Whether array `out` (a given out=) has x's shape: the call's size is x's. */
+static int
+same_shape(PyObject *x, PyObject *out)
+{
+    PyArrayObject *a = (PyArrayObject *)x, *o = (PyArrayObject *)out;
+    if (PyArray_NDIM(o) != PyArray_NDIM(a)) {
+        return 0;
+    }
+    for (int d = 0; d < PyArray_NDIM(a); d++) {
+        if (PyArray_DIMS(o)[d] != PyArray_DIMS(a)[d]) {
+            return 0;
+        }
+    }
+    return 1;
+}
 
-/* Under the numpy backend, one contiguous array in a dtype its loop takes as it is: the
- * numpy backend's own call, made here. NumPy's call below the size that splits; from it,
- * the runtime's (_runtime.unary), whose result is returned when its loop raised no FP
- * flag. NULL with no error set: the Python path takes the call (which also reports what
- * the flags say, computing the result again). */
+static PyObject *run_unary(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out);
+
+/* Under the numpy backend, one contiguous array in a dtype its loop takes as it is (into
+ * `out`, where the call gave one: see run_unary): the numpy backend's own call, made
+ * here. NumPy's call below the size that splits (NULL with *ref set: the caller makes it,
+ * with the call's own arguments); from it, the runtime's (_runtime.unary). NULL with no
+ * error set: the Python path takes the call. */
 static PyObject *
-lean_numpy(PyObject *const *s, PyObject *x)
+lean_numpy(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
 {
     PyObject *lean = s[LEAN];
     PyArrayObject *a = listed_array(s, lean, x);
-    if (a == NULL) {
+    if (a == NULL || (out != NULL && !same_shape(x, out))) {
         return NULL;
     }
     Py_ssize_t k, n = PyList_GET_SIZE(lean);
@@ -148,19 +169,33 @@ lean_numpy(PyObject *const *s, PyObject *x)
         return NULL;
     }
     if (size < lo) {
-        return PyObject_CallOneArg(s[REF], x); /* NumPy's call: its own FP reports */
+        *ref = 1; /* NumPy's call: its own FP reports */
+        return NULL;
     }
     if ((PyArray_FLAGS(a) & need) != need) { /* the runtime's loops run C order only */
         return NULL;
     }
-    return run_unary(s, x, e);
+    return run_unary(s, x, e, out);
 }
 
-/* The runtime's call of entry e's loops on x into a new result; NULL with no error set
- * where the Python path is to take the call (one thread asked for, an FP flag raised:
- * that path computes it again and reports the flags as NumPy would). */
+/* Whether `out` (a given out=, of x's shape) is where NumPy's call would write entry e's
+ * result as it is: of its dtype, C-contiguous, aligned and writeable. */
+static int
+fits(PyObject *e, PyObject *out)
+{
+    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_WRITEABLE;
+    return (PyObject *)PyArray_DESCR((PyArrayObject *)out) == PyTuple_GET_ITEM(e, L_OUT)
+           && (PyArray_FLAGS((PyArrayObject *)out) & need) == need;
+}
+
+/* The runtime's call of entry e's loops on x, into `out` (out= given) or a new result,
+ * and its FP flags acted on as NumPy's error state says (REPORT: _fpe.report for this
+ * function; it may warn or raise, as NumPy's call would, out= written). NULL with no
+ * error set where the Python path is to take the call, nothing written (one thread asked
+ * for; an out= of another dtype, shape or layout, or overlapping x other than exactly;
+ * a layout the runtime does not take). */
 static PyObject *
-run_unary(PyObject *const *s, PyObject *x, PyObject *e)
+run_unary(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out)
 {
     PyObject *serial = NULL;
     if (PyContextVar_Get(s[SERIAL], NULL, &serial) < 0) {
@@ -169,11 +204,14 @@ run_unary(PyObject *const *s, PyObject *x, PyObject *e)
     }
     int alone = serial != NULL && PyObject_IsTrue(serial) == 1;
     Py_XDECREF(serial);
-    if (alone || s[UNARY] == Py_None) {
+    if (alone || s[UNARY] == Py_None || !PyCallable_Check(s[REPORT])
+            || (out != NULL && !fits(e, out))) {
         return NULL;
     }
-    PyObject *out = new_like(x, PyTuple_GET_ITEM(e, L_OUT));
-    if (out == NULL) {
+    if (out != NULL) {
+        Py_INCREF(out);
+    }
+    else if ((out = new_like(x, PyTuple_GET_ITEM(e, L_OUT))) == NULL) {
         PyErr_Clear();
         return NULL;
     }
@@ -182,30 +220,38 @@ run_unary(PyObject *const *s, PyObject *x, PyObject *e)
                          zero, zero, zero};
     PyObject *flags = PyObject_Vectorcall(s[UNARY], args, 7, NULL);
     Py_DECREF(e);
-    if (flags == NULL) {
-        Py_DECREF(out);
-        return NULL; /* (with the error set: raised to the caller) */
-    }
-    int clean = PyLong_CheckExact(flags) && PyLong_AsLong(flags) == 0;
-    Py_DECREF(flags);
-    if (!clean) {
+    if (flags == NULL || flags == Py_None) { /* (an error: raised to the caller) */
+        Py_XDECREF(flags);
         Py_DECREF(out);
         return NULL;
     }
+    int clean = PyLong_CheckExact(flags) && PyLong_AsLong(flags) == 0;
+    if (!clean) {
+        PyObject *r = PyObject_CallOneArg(s[REPORT], flags);
+        if (r == NULL) {
+            Py_DECREF(flags);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(flags);
     return out;
 }
 
 /* Under ``auto``, one C-contiguous array of a dtype and size class that ``auto`` learned to
- * run on the numpy backend: that backend's runtime call, made here, while the learned
- * choice has calls left before its revisit (the revisit's call takes the Python path,
- * which learns again); of a class learned for the reference, the reference's own call.
- * NULL with no error set: the Python path takes the call. */
+ * run on the numpy backend (into `out`, where the call gave one of its shape): that
+ * backend's runtime call, made here, while the learned choice has calls left before its
+ * revisit (the revisit's call takes the Python path, which learns again); of a class
+ * learned for the reference, NULL with *ref set: the caller makes the reference's own
+ * call. NULL with no error set and *ref not: the Python path takes the call. */
 static PyObject *
-lean_auto(PyObject *const *s, PyObject *x)
+lean_auto(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
 {
     int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
     PyArrayObject *a = listed_array(s, s[AUTOLEAN], x);
-    if (a == NULL || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need) {
+    if (a == NULL || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need
+            || (out != NULL && !same_shape(x, out))) {
         return NULL;
     }
     PyObject *lean = s[AUTOLEAN];
@@ -228,8 +274,9 @@ lean_auto(PyObject *const *s, PyObject *x)
             break;
         }
     }
-    if (e == NULL) {
-        return NULL;
+    if (e == NULL || (out != NULL && PyTuple_GET_ITEM(e, L_LOOPS) != Py_None && !fits(e, out))) {
+        return NULL; /* (an out= the runtime does not take: the learned choice's calls
+                      * left are counted by the Python path's) */
     }
     if (!selected_is(s, s[AUTO])) {
         return NULL;
@@ -250,9 +297,10 @@ lean_auto(PyObject *const *s, PyObject *x)
     }
     Py_DECREF(fewer);
     if (PyTuple_GET_ITEM(e, L_LOOPS) == Py_None) {
-        return PyObject_CallOneArg(s[REF], x); /* NumPy's call: its own FP reports */
+        *ref = 1; /* NumPy's call: its own FP reports */
+        return NULL;
     }
-    return run_unary(s, x, e);
+    return run_unary(s, x, e, out);
 }
 
 static int
@@ -324,6 +372,32 @@ trim(PyObject *trimmer)
     PyErr_Restore(type, value, tb);
 }
 
+/* The one array a call writes into, given as NumPy takes it (out=o, out=(o,), or o after
+ * the operands) and with no other option; NULL for any other call. Borrowed. */
+static PyObject *
+given_out(PyObject *const *s, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+          Py_ssize_t nin)
+{
+    PyObject *o;
+    if (kwnames == NULL) {
+        if (nargs != nin + 1) {
+            return NULL;
+        }
+        o = args[nin];
+    }
+    else {
+        if (nargs != nin || PyTuple_GET_SIZE(kwnames) != 1
+                || PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "out") != 0) {
+            return NULL;
+        }
+        o = args[nin];
+        if (PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 1) {
+            o = PyTuple_GET_ITEM(o, 0);
+        }
+    }
+    return Py_TYPE(o) == (PyTypeObject *)s[NDARRAY] ? o : NULL;
+}
+
 static PyObject *
 hot_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -334,25 +408,32 @@ hot_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         PyErr_SetString(PyExc_SystemError, "a fastmath ufunc's state was resized");
         return NULL;
     }
-    int plain = kwnames == NULL && nargs == PyLong_AsSsize_t(s[NIN])
-                && ts->c_profilefunc == NULL && ts->c_tracefunc == NULL;
+    Py_ssize_t nin = PyLong_AsSsize_t(s[NIN]);
+    int untraced = ts->c_profilefunc == NULL && ts->c_tracefunc == NULL;
+    int plain = untraced && kwnames == NULL && nargs == nin;
+    PyObject *out = untraced && !plain ? given_out(s, args, nargs, kwnames, nin) : NULL;
     PyObject *name = NULL;
-    if (plain && PyDict_Check(s[ONES]) && small_operands(s, args, nargs)
+    int ref = 0;
+    if ((plain || out != NULL) && PyDict_Check(s[ONES]) && small_operands(s, args, nin)
+            && (out == NULL || small_operands(s, &out, 1))
             && same_name(name = selected(s), s[AUTO])) {
         fn = s[REF];
     }
     else {
-        if (plain && nargs == 1) {
-            PyObject *r = lean_numpy(s, args[0]);
-            if (r == NULL && !PyErr_Occurred()) {
-                r = lean_auto(s, args[0]);
+        if ((plain || out != NULL) && nin == 1) {
+            PyObject *r = lean_numpy(s, args[0], out, &ref);
+            if (r == NULL && !ref && !PyErr_Occurred()) {
+                r = lean_auto(s, args[0], out, &ref);
             }
             if (r != NULL || PyErr_Occurred()) {
+                if (r == NULL) { /* (errstate's raise, from _fpe.report) */
+                    trim(s[TRIM]);
+                }
                 Py_XDECREF(name);
                 return r;
             }
         }
-        fn = s[FALLBACK];
+        fn = ref ? s[REF] : s[FALLBACK];
     }
     Py_XDECREF(name);
     /* held for the call: the Python side may replace the list's item meanwhile (the

@@ -30,6 +30,7 @@ _instances: list = []
 _LEAN = 10  # the index of _hot.c's list of the calls it makes itself
 _SMALLS = 14  # ... and of its sizes by dtype
 _AUTOLEAN = 15  # ... and of the calls it makes itself under auto (numpy backend, reference)
+_REPORT = 16  # ... and of what acts on those calls' FP flags
 _LEARNED = {np.dtype(d): d for d in _learn.DTYPES}
 _by_name: dict = {}  # registry name -> its instance: what a pickled one is found by
 _BIG = 1 << 62
@@ -124,9 +125,11 @@ class Ufunc(functools.partial):
             # backend context variable, the selection state, "auto", the trimmer, the
             # numpy backend's calls it makes itself (_remember_lean), "numpy", the
             # one-thread context variable, the runtime's call, the sizes by dtype (_smalls),
-            # the numpy backend's calls it makes itself under auto (_remember_auto)
+            # the numpy backend's calls it makes itself under auto (_remember_auto), what
+            # acts on the FP flags of those calls (_fpe.report for this function: __init__)
             native = [None, 0, {}, fast, cls._nin, _ndarray, _selection._scoped, _state, "auto",
-                      _frames.trim_all, [], "numpy", _parallel.serial, _runtime_unary, {}, []]
+                      _frames.trim_all, [], "numpy", _parallel.serial, _runtime_unary, {}, [],
+                      None]
             entry = _native_hot(native)
         self.__setstate__((entry, (), {}, None))  # (this empties the instance's __dict__)
         if native is not None:
@@ -138,6 +141,8 @@ class Ufunc(functools.partial):
     def __init__(self, spec):
         self._spec = spec
         self.__name__ = self.__qualname__ = spec.named or spec.name  # the reference's
+        if self._native is not None:
+            self._native[_REPORT] = functools.partial(_fpe.report, self.__name__)
         # Below this size ``auto`` calls the reference at once. It comes from the cost
         # table, which is read at the first call, not at import: 0 until then, and 0
         # while debug logging is on, so that every call takes the logged path.
@@ -265,7 +270,8 @@ class Ufunc(functools.partial):
                 _pipeline.fill_small(self, self._spec)
             if not args and not kwargs and _short(xs, self._small, self._smalls):
                 return self._ref(*xs)
-            if self._native is not None and len(xs) == 1 and not args and not kwargs:
+            if self._native is not None and len(xs) == 1 and not args and (
+                    not kwargs or (len(kwargs) == 1 and "out" in kwargs)):  # (see _hot.c)
                 self._remember_auto(xs[0])
         elif (sel == "numpy" and self._native is not None and len(xs) == 1
               and type(xs[0]) is _ndarray and xs[0].dtype not in self._lean_seen):

@@ -112,6 +112,9 @@ def test_two_argument_ufuncs_run_there_too(name, dtype, fresh, spy):
 
 
 def test_flags_raised_in_the_pool_reach_errstate(fresh, spy):
+    # (the Python path's call, the first after this: the C fast path's are
+    # tests/frontends/test_pipeline.py's)
+    fastmath.exp._forget_lean()
     x = np.linspace(-800, 800, N)
     with fastmath.backend("numpy"), warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")

@@ -93,7 +93,20 @@ class Failing:
 
 
 @pytest.fixture
-def failing_first(monkeypatch):
+def python_path():
+    """Every fastmath call takes the Python path, which plans a chain (_selection.plan):
+    the ufuncs' fast path in C hands every call to it while a profiler watches the thread
+    (it makes NumPy's loop's calls itself, with no chain to fail)."""
+    import sys
+
+    before = sys.getprofile()
+    sys.setprofile(lambda *args: None)
+    yield
+    sys.setprofile(before)
+
+
+@pytest.fixture
+def failing_first(monkeypatch, python_path):
     """A real chain whose first kernel fails part-way, with NumPy's loop after it."""
     numpy_backend = backends.get("numpy")
     real = _selection.plan
@@ -128,7 +141,7 @@ def test_kernel_failing_mid_call_leaves_out_fully_written(spec, inplace, failing
         assert r.tobytes() == spec.reference()(y).tobytes()
 
 
-def test_numpys_own_loop_failing_is_numpys_error(monkeypatch):
+def test_numpys_own_loop_failing_is_numpys_error(monkeypatch, python_path):
     """The last kernel is NumPy's loop: its exception reaches the caller unchanged."""
     numpy_backend = backends.get("numpy")
     spec = BY_NAME["exp"]

@@ -742,6 +742,38 @@ def test_a_learned_class_runs_from_the_c_fast_path(learn, monkeypatch, choice):
     assert got[0].filename == __file__
 
 
+@pytest.mark.parametrize("choice", ["numpy", "reference"])
+def test_a_learned_classs_calls_into_an_out_array_run_from_the_c_fast_path(learn, monkeypatch,
+                                                                          choice):
+    """out= (as NumPy takes it: a keyword, a tuple of one, after the operand; in place
+    too) is the C fast path's as a call without it is, bitwise NumPy's, and a program
+    whose calls all give one has its learned choice made there."""
+    pytest.importorskip("fastmath.frontends._hot")
+    if choice == "numpy" and fastmath.dispatch._parallel.threads() < 2:
+        pytest.skip("one thread: the numpy backend runs NumPy's own call")
+    below, x = np.linspace(0.1, 1, N // 4), np.linspace(0.1, 1, N)
+    for a, learned in ((below, "numpy"), (x, choice)):
+        fastmath.exp(a, out=np.empty_like(a))  # the cell, learning from out= calls alone
+        key = ("exp", "float64", _learn.size_class(a.size), 0)
+        cell = _learn.cells[key]
+        cell.choice, cell.learning, cell.medians = learned, False, {learned: 1e-5}
+        _learn._settle(cell)
+    fastmath.exp(x, out=np.empty_like(x))  # (hands the class to the C path)
+    planned = []
+    real = _selection.plan
+    monkeypatch.setattr(_selection, "plan", lambda *a: planned.append(a[1]) or real(*a))
+    want = np.exp(x)
+    for o in (np.empty_like(x), np.empty_like(x), np.empty_like(x), x.copy()):
+        for call in (lambda: fastmath.exp(x, out=o), lambda: fastmath.exp(x, out=(o,)),
+                     lambda: fastmath.exp(x, o)):
+            assert call() is o
+            assert_same(o, want)
+    y = x.copy()
+    assert fastmath.exp(y, out=y) is y
+    assert_same(y, want)
+    assert planned == []
+
+
 def test_only_the_dtypes_with_ulp_bounds_are_learned(learn):
     x = np.linspace(0.1, 1, N).astype(np.float16)
     for _ in range(5):

@@ -681,7 +681,10 @@ def test_what_c_does_not_make_goes_to_python(monkeypatch):
     with fastmath.backend("numpy"):
         fastmath.exp(x)
         calls = [lambda: fastmath.exp(x[::2]),  # strided
-                 lambda: fastmath.exp(x, out=np.empty_like(x)),  # out=
+                 lambda: fastmath.exp(x, out=np.empty(x.shape, np.float32)),  # out= cast
+                 lambda: fastmath.exp(x, out=np.empty(2 * x.size)[::2]),  # out= strided
+                 lambda: fastmath.exp(x, out=np.empty_like(x), where=x > 0),  # an option more
+                 lambda: fastmath.exp(x[:-1], out=x[1:]),  # out= overlapping x
                  lambda: fastmath.exp(x.astype(">f8")),  # not native byte order
                  lambda: fastmath.exp(np.arange(10**5) % 7),  # a cast (int64 -> float64)
                  lambda: fastmath.exp(x.view(np.matrix))]  # a subclass
@@ -713,8 +716,8 @@ def _serial():
 @lean_native
 @pytest.mark.parametrize("mode", ["warn", "raise", "ignore"])
 def test_fp_errors_of_calls_made_in_c_are_numpys(mode, monkeypatch):
-    """A call whose loop raised FP flags is made again by the Python side, which reports
-    them as NumPy does (warning at the caller's line, errstate raise)."""
+    """A call whose loop raised FP flags reports them as NumPy does (warning at the
+    caller's line, errstate raise)."""
     x = np.zeros(10**5)
     x[::3] = -1.0
     with fastmath.backend("numpy"):
@@ -734,6 +737,90 @@ def test_fp_errors_of_calls_made_in_c_are_numpys(mode, monkeypatch):
         assert {m.filename for m in w} == {__file__}
     else:
         assert not w
+
+
+def _outs(x, o):
+    """The ways NumPy takes one output array: (name, call of a one-argument ufunc f)."""
+    return [("out=o", lambda f: f(x, out=o)), ("out=(o,)", lambda f: f(x, out=(o,))),
+            ("positional", lambda f: f(x, o))]
+
+
+@lean_native
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_calls_into_an_out_array_are_made_in_c_bitwise(dtype, monkeypatch):
+    # np.exp(x, out=o): the Python path's parse of out= cost 5 us a call (more than
+    # NumPy's whole call on 10^3 elements); C makes it as it makes a call without one
+    # (under auto: tests/dispatch/test_learn.py)
+    n = 10**5
+    x = np.random.default_rng(1).standard_normal(n).astype(dtype) * 3
+    want = np.exp(x)
+    with fastmath.backend("numpy"):
+        fastmath.exp(x, out=np.empty_like(x))  # (the first call, in Python, looks up)
+        for how, _ in _outs(x, x):
+            o = np.full_like(x, np.nan)
+            got = []
+            call = dict(_outs(x, o))[how]
+            assert _in_c(fastmath.exp, monkeypatch, lambda: got.append(call(fastmath.exp))) == 1
+            assert got[0] is o and o.tobytes() == want.tobytes(), how
+        y = x.copy()  # in place
+        assert _in_c(fastmath.exp, monkeypatch, lambda: fastmath.exp(y, out=y)) == 1
+        assert y.tobytes() == want.tobytes()
+
+
+@lean_native
+@pytest.mark.parametrize("mode", ["warn", "raise", "ignore"])
+def test_fp_errors_of_calls_in_place_made_in_c_are_numpys(mode, monkeypatch):
+    # In place, the input is gone once the loop has run: the flags it raised are acted on
+    # as they are (computing it again would take the log of the logs)
+    x = np.zeros(10**5)
+    x[::3] = -1.0
+    x[1::3] = 2.0
+    with fastmath.backend("numpy"):
+        fastmath.log(np.ones(10**5))
+        got, want = x.copy(), x.copy()
+        with np.errstate(all=mode):
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                if mode == "raise":
+                    with pytest.raises(FloatingPointError,
+                                       match="divide by zero encountered in log"):
+                        assert _in_c(fastmath.log, monkeypatch,
+                                     lambda: fastmath.log(got, out=got)) == 1
+                else:
+                    assert _in_c(fastmath.log, monkeypatch,
+                                 lambda: fastmath.log(got, out=got)) == 1
+            with warnings.catch_warnings(record=True) as w_ref:
+                warnings.simplefilter("always")
+                try:
+                    np.log(want, out=want)
+                except FloatingPointError:
+                    pass
+    assert got.tobytes() == want.tobytes()
+    assert [str(m.message) for m in w] == [str(m.message) for m in w_ref]
+    assert {m.filename for m in w} <= {__file__}
+    assert bool(w) == (mode == "warn")
+
+
+@lean_native
+@pytest.mark.parametrize("args", ["out=o", "out=(o,)", "positional"])
+def test_small_calls_into_an_out_array_are_the_references_in_c(args, monkeypatch):
+    x = np.linspace(0.1, 2.0, 10)
+    fastmath.log(x)  # (the first call reads the cost table)
+    o, want = np.empty_like(x), np.log(x)
+    got = []
+    call = dict(_outs(x, o))[args]
+    assert _in_c(fastmath.log, monkeypatch, lambda: got.append(call(fastmath.log))) == 1
+    assert got[0] is o and o.tobytes() == want.tobytes()
+    # the call's size is its output's: x broadcast into a large out= is not small
+    big = np.empty((-(-2 * fastmath.log._small // 10), 10))
+    assert _in_c(fastmath.log, monkeypatch, lambda: fastmath.log(x, out=big)) == 0
+    assert big.tobytes() == np.log(np.broadcast_to(x, big.shape)).tobytes()
+    # NumPy's own errors for a bad out=
+    for bad in (np.empty(3), [0.0] * 10, (np.empty(10), np.empty(10))):
+        with pytest.raises(Exception) as theirs:
+            np.log(x, out=bad)
+        with pytest.raises(type(theirs.value)):
+            fastmath.log(x, out=bad)
 
 
 @lean_native
