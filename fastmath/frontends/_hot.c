@@ -42,6 +42,7 @@ enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
 enum { L_DTYPE, L_LOOPS, L_PACE, L_MIN, L_MAX, L_OUT, L_KERNEL, L_SETTLED, L_N };
 
 static PyObject *default_name;  /* "default": the selection state's attribute */
+static PyObject *left_name;     /* "left": a learned choice's calls before its revisit */
 static PyObject *zero;
 
 /* The backend selected now (a new reference), or NULL (no error set). */
@@ -282,7 +283,7 @@ lean_auto(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
         return NULL;
     }
     PyObject *settled = PyTuple_GET_ITEM(e, L_SETTLED);
-    PyObject *left = PyObject_GetAttrString(settled, "left");
+    PyObject *left = PyObject_GetAttr(settled, left_name);
     long calls = left != NULL ? PyLong_AsLong(left) : -1;
     Py_XDECREF(left);
     if (calls <= 1) { /* (or unreadable): the revisit is the Python path's */
@@ -290,7 +291,7 @@ lean_auto(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
         return NULL;
     }
     PyObject *fewer = PyLong_FromLong(calls - 1);
-    if (fewer == NULL || PyObject_SetAttrString(settled, "left", fewer) < 0) {
+    if (fewer == NULL || PyObject_SetAttr(settled, left_name, fewer) < 0) {
         Py_XDECREF(fewer);
         PyErr_Clear();
         return NULL;
@@ -460,6 +461,9 @@ hot(PyObject *module, PyObject *state)
         return NULL;
     }
     if (default_name == NULL && (default_name = PyUnicode_InternFromString("default")) == NULL) {
+        return NULL;
+    }
+    if (left_name == NULL && (left_name = PyUnicode_InternFromString("left")) == NULL) {
         return NULL;
     }
     if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL) {
