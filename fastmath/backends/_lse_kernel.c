@@ -635,7 +635,8 @@ static PyObject *py_groups(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (how != FM_NOT_RUN && atomic_load(&g.failed) == 0) {
         long long wall = rt->wall_ns() - t0;
         if (how == FM_SPLIT) {
-            rt->judge(pace, size, wall, timed ? rt->alone_ns(&job) : -1, job.woke);
+            rt->judge(pace, size, wall, timed ? rt->alone_ns(&job) : -1, job.woke,
+                      fm_came(&job));
         }
         else {
             rt->kept(pace, size, wall);

@@ -424,7 +424,8 @@ static PyObject *py_foreach(PyObject *self, PyObject *args)
             rt->kept(pace, most_total, wall);
         }
         else if (apart) { /* (out= items that overlap ran here alone: nothing to judge) */
-            rt->judge(pace, most_total, wall, job.timed ? rt->alone_ns(&job) : -1, job.woke);
+            rt->judge(pace, most_total, wall, job.timed ? rt->alone_ns(&job) : -1, job.woke,
+                      fm_came(&job));
         }
     }
     Py_END_ALLOW_THREADS

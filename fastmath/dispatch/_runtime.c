@@ -32,7 +32,9 @@
  * wake-up is no sign of a busy core; nor is one begun while another library's threads
  * still spin after their own call (foreign(): torch's OpenMP workers spin for a fraction of
  * a millisecond, and the next split or two beside them lost, then paused every later
- * call of that kernel and length although the cores were free again).
+ * call of that kernel and length although the cores were free again). A split that no
+ * worker joined is lost where a running worker should have come, else not judged (see
+ * fm_judge).
  * Clocks: the real ones, or, for tests (_set_clock), Python callables returning seconds.
  */
 #define PY_SSIZE_T_CLEAN
@@ -172,6 +174,7 @@ static intptr_t run_pieces(fm_job *job)
  * followed by sched_yield(), so that a thread of another pool (BLAS's, after a matrix
  * product) or of another process that shares the core runs first. */
 #define EAGER_NS 20000
+#define ABSENT_NS EAGER_NS
 static void wait_for_call(unsigned long *seen)
 {
     long long limit = atomic_load_explicit(&spin_ns, memory_order_relaxed);
@@ -243,6 +246,7 @@ static void *worker(void *unused)
             continue;
         }
         atomic_fetch_add_explicit(&joins, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&job->joined, 1, memory_order_relaxed);
         fesetenv(&job->env);
         clear_raised(FLAGS);
         run_pieces(job);
@@ -322,6 +326,9 @@ static int fm_start(fm_job *job, int threads)
     atomic_init(&job->next, 0);
     atomic_init(&job->flags, 0);
     atomic_init(&job->seats, threads - 1);
+    atomic_init(&job->joined, 0);
+    job->started = real_wall_ns();
+    job->absent = 0;
     fegetenv(&job->env);
     int starting = nworkers < threads - 1; /* a new thread, like a parked one, is slow to come */
     if (ensure_workers(threads - 1) == 0) {
@@ -366,6 +373,11 @@ static void fm_finish(fm_job *job)
             sched_yield(); /* a worker descheduled mid-piece: let it run */
         }
     }
+    /* No worker came, none had to wake, and the call was long enough for a running one
+     * (it looks every microsecond or so) to have come: its core is taken. (The real
+     * clock: a split's length, not the pacing's clocks, which tests replace.) */
+    job->absent = !job->woke && atomic_load(&job->joined) == 0
+                  && real_wall_ns() - job->started >= ABSENT_NS;
 }
 
 /* ---- pacing ------------------------------------------------------------------------ */
@@ -461,11 +473,24 @@ static int fm_decide(fm_pace *paces, intptr_t n, int *timed)
 }
 
 /* A split of n elements took `wall` ns; `alone`: what one thread would have taken (-1:
- * not measured). It lost if it took longer than the kernel's recent whole runs at this
- * length, or more than a twentieth over `alone`: then the next `skip` calls run whole. */
-static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone, int woke)
+ * not measured); `came`: whether its pool threads came (fm_came()). It lost if it took
+ * longer than the kernel's recent whole runs at this length, or more than a twentieth
+ * over `alone`, or if no worker came where a running one should have (FM_ABSENT): then
+ * the next `skip` calls run whole. A split no worker joined otherwise (FM_UNSEEN) ran
+ * whole, in the caller: it is judged neither way (counted won, it halved the pause: with
+ * one core busy a worker woken after a pause often came too late, and log on 10^6
+ * float64 elements split every third to fifth call, each 8% slower than a whole run). */
+static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone, int woke,
+                     int came)
 {
     if (!atomic_load_explicit(&pacing, memory_order_relaxed)) {
+        return;
+    }
+    if (came != FM_CAME && atomic_load(&wall_ns) != real_wall_ns) {
+        came = FM_UNKNOWN; /* made-up clocks (tests): whether a worker came is the
+                            * machine's doing, which they do not replace */
+    }
+    if (came == FM_UNSEEN) {
         return;
     }
     KEEP_FLAGS_BEGIN
@@ -473,7 +498,7 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
     skip = skip < 1 ? 1 : skip;
     unsigned whole = fm_one_thread_ps(pace);
-    int lost = (alone >= 0 && wall * 100 > alone * 105)
+    int lost = came == FM_ABSENT || (alone >= 0 && wall * 100 > alone * 105)
                || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)n);
     if (lost && (woke || beside_foreign(wall_ns() - wall))) {
         /* A worker had parked (the calls kept whole by a pause leave it time to): its
@@ -520,7 +545,8 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
     }
     if (paced) {
         long long wall = wall_ns() - t0;
-        fm_judge(paces, job->n, wall, job->timed ? fm_alone_ns(job) : -1, job->woke);
+        fm_judge(paces, job->n, wall, job->timed ? fm_alone_ns(job) : -1, job->woke,
+                 fm_came(job));
     }
     int raised = atomic_load(&job->flags);
     if (raised) {
@@ -1045,17 +1071,23 @@ static PyObject *py_kept(PyObject *self, PyObject *args)
 
 static PyObject *py_judge(PyObject *self, PyObject *args)
 {
-    int pace, woke = 0;
+    int pace, woke = 0, came = FM_UNKNOWN;
     Py_ssize_t n;
     double wall, alone;
-    if (!PyArg_ParseTuple(args, "indd|p", &pace, &n, &wall, &alone, &woke)) {
+    if (!PyArg_ParseTuple(args, "indd|pi", &pace, &n, &wall, &alone, &woke, &came)) {
+        return NULL;
+    }
+    if (came < FM_UNKNOWN || came > FM_UNSEEN) {
+        PyErr_Format(PyExc_ValueError, "came must be UNKNOWN, ABSENT, CAME or UNSEEN, got %d",
+                     came);
         return NULL;
     }
     fm_pace *p = pace_arg(pace, n);
     if (p == NULL) {
         return NULL;
     }
-    fm_judge(p, n, (long long)(wall * 1e9), alone < 0 ? -1 : (long long)(alone * 1e9), woke);
+    fm_judge(p, n, (long long)(wall * 1e9), alone < 0 ? -1 : (long long)(alone * 1e9), woke,
+             came);
     Py_RETURN_NONE;
 }
 
@@ -1305,8 +1337,10 @@ static PyMethodDef methods[] = {
      "split ends; the next one doubles as before)"},
     {"kept", py_kept, METH_VARARGS, "kept(pace, n, seconds): a whole run of n elements took this"},
     {"judge", py_judge, METH_VARARGS,
-     "judge(pace, n, wall, alone, woke=False): a split of n elements took `wall` seconds;\n"
-     "alone: what one thread would have taken (< 0: not measured)"},
+     "judge(pace, n, wall, alone, woke=False, came=UNKNOWN): a split of n elements took\n"
+     "`wall` seconds; alone: what one thread would have taken (< 0: not measured); woke: it\n"
+     "woke a parked worker; came: whether the pool's threads came (CAME, ABSENT: none,\n"
+     "where a running one should have; UNSEEN: none, where none could be told to; UNKNOWN)"},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per call, 0: all cores"},
     {"threads", py_threads, METH_NOARGS, "threads per call, the caller included"},
     {"rest", py_rest, METH_NOARGS,
@@ -1332,7 +1366,8 @@ static PyMethodDef methods[] = {
      "reading)"},
     {"_set_clock", py_set_clock, METH_VARARGS,
      "_set_clock(wall, cpu): for tests, the pacing's clocks are these callables (seconds:\n"
-     "the time, and the calling thread's CPU time); None, None puts the real ones back"},
+     "the time, and the calling thread's CPU time); None, None puts the real ones back.\n"
+     "Meanwhile a split no worker joined is judged by those clocks as any other"},
     {"stats", py_stats, METH_NOARGS,
      "stats() -> {workers, parks, joins, parked, spin, wakes, wake}: threads started, times\n"
      "one parked, joined a call, parked now; the spin (s); wake-ups from parked and their\n"
@@ -1365,7 +1400,11 @@ PyMODINIT_FUNC PyInit__runtime(void)
     }
     if (PyModule_AddIntConstant(m, "SPLIT", FM_SPLIT) < 0
             || PyModule_AddIntConstant(m, "WHOLE_PACED", FM_WHOLE_PACED) < 0
-            || PyModule_AddIntConstant(m, "WHOLE_SAMPLED", FM_WHOLE_SAMPLED) < 0) {
+            || PyModule_AddIntConstant(m, "WHOLE_SAMPLED", FM_WHOLE_SAMPLED) < 0
+            || PyModule_AddIntConstant(m, "UNKNOWN", FM_UNKNOWN) < 0
+            || PyModule_AddIntConstant(m, "ABSENT", FM_ABSENT) < 0
+            || PyModule_AddIntConstant(m, "CAME", FM_CAME) < 0
+            || PyModule_AddIntConstant(m, "UNSEEN", FM_UNSEEN) < 0) {
         Py_DECREF(m);
         return NULL;
     }

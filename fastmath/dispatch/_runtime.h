@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define FM_CAPSULE "fastmath.dispatch._runtime._C_API"
-#define FM_API_VERSION 2
+#define FM_API_VERSION 3
 #define FM_MAXARGS 4
 #define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
 #define FM_KEEP 3     /* whole runs remembered per record */
@@ -42,6 +42,9 @@ typedef struct {
     atomic_int seats;      /* set by start(): pool threads that may still join */
     int timed;             /* time the caller's pieces: caller_ns, caller_n */
     int woke;              /* set by start(): a worker was parked when it began */
+    atomic_int joined;     /* pool threads that joined it (the caller waited for them) */
+    long long started;     /* set by start(): when it began (CLOCK_MONOTONIC, ns) */
+    int absent;            /* set by finish(): see fm_came() */
     long long caller_ns;
     intptr_t caller_n;
     fenv_t env;            /* the caller's: rounding, subnormal handling */
@@ -57,6 +60,18 @@ typedef struct {
 } fm_pace;
 
 enum { FM_NOT_RUN = 0, FM_SPLIT = 1, FM_WHOLE_PACED = 2, FM_WHOLE_SAMPLED = 3 };
+
+/* Whether a split's pool threads came (judge()'s `came`): FM_CAME, one or more joined it;
+ * FM_ABSENT, none, although none had to be woken and the call was long enough for a
+ * running one to notice it (its core is taken: another process's, or the caller's own);
+ * FM_UNSEEN, none, where a worker was still waking or the call was too short; FM_UNKNOWN,
+ * not known (a split made outside the pool). */
+enum { FM_UNKNOWN = -1, FM_ABSENT = 0, FM_CAME = 1, FM_UNSEEN = 2 };
+
+static inline int fm_came(fm_job *job)
+{
+    return atomic_load(&job->joined) > 0 ? FM_CAME : job->absent ? FM_ABSENT : FM_UNSEEN;
+}
 
 typedef struct {
     int version;
@@ -81,10 +96,12 @@ typedef struct {
      * call of n elements splits now (FM_SPLIT; *timed: judge it against the caller's CPU
      * time too) or runs whole (FM_WHOLE_PACED, FM_WHOLE_SAMPLED); the caller times it
      * (wall_ns) and hands a whole run to kept(), a split to judge() (alone: what one
-     * thread would have taken, -1 if not measured; woke: it waited for a parked worker). */
+     * thread would have taken, -1 if not measured; woke: it waited for a parked worker;
+     * came: fm_came(job)). */
     int (*decide)(fm_pace *paces, intptr_t n, int *timed);
     void (*kept)(fm_pace *paces, intptr_t n, long long ns);
-    void (*judge)(fm_pace *paces, intptr_t n, long long wall, long long alone, int woke);
+    void (*judge)(fm_pace *paces, intptr_t n, long long wall, long long alone, int woke,
+                  int came);
     fm_pace *(*pace_by_id)(int id); /* a record from new_pace(); NULL for a bad number */
     long long (*wall_ns)(void);
     long long (*alone_ns)(const fm_job *job);

@@ -102,6 +102,33 @@ def test_winning_splits_shorten_the_pauses_again(monkeypatch):
     assert pace.stats(N)["skip"] == 4
 
 
+def test_a_split_no_worker_came_to_is_judged_by_whether_one_should_have():
+    """A split whose pool threads did not come where a running one should have (none had
+    to be woken, and the call was long enough for one to notice it: its core is taken)
+    lost, however soon it ended; one they did not come to for want of time or a wake-up
+    ran whole in the caller and is judged neither way (counted won, it halved the pause
+    while a busy core kept the worker away: log on 10^6 float64 elements split every third
+    to fifth call, each 8% slower than a whole run)."""
+    ident = _runtime.new_pace()
+    try:
+        _runtime.kept(ident, N, 1e-3)  # whole runs take a millisecond
+        _runtime.judge(ident, N, 0.5e-3, -1.0, False, _runtime.ABSENT)  # sooner, yet lost
+        assert _runtime.pace(ident, N)["left"] == 1 and _runtime.pace(ident, N)["skip"] == 2
+        _runtime.resume(ident, N)
+        for wall in (0.5e-3, 5e-3):  # a win or a loss by the clock: neither
+            _runtime.judge(ident, N, wall, -1.0, True, _runtime.UNSEEN)
+            _runtime.judge(ident, N, wall, -1.0, False, _runtime.UNSEEN)
+        assert _runtime.pace(ident, N)["left"] == 0 and _runtime.pace(ident, N)["skip"] == 2
+        _runtime.judge(ident, N, 0.5e-3, -1.0, False, _runtime.CAME)  # came, and won
+        assert _runtime.pace(ident, N)["skip"] == 1
+        _runtime.judge(ident, N, 5e-3, -1.0, False, _runtime.CAME)  # came, and lost
+        assert _runtime.pace(ident, N)["left"] == 1
+        with pytest.raises(ValueError, match="came must be"):
+            _runtime.judge(ident, N, 5e-3, -1.0, False, 7)
+    finally:
+        _runtime.free_pace(ident)
+
+
 def test_calls_that_wait_on_something_else_are_not_judged(losing):
     pace = _parallel.Pace()
     plan = _parallel.plan(pace, N)
