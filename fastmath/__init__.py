@@ -15,9 +15,30 @@ and ``importlib.metadata.version("fastmath-shim")``.
 """
 from __future__ import annotations
 
+import os as _os
 import sys as _sys
 
-import numpy as _np
+# OpenBLAS (NumPy's and SciPy's BLAS) keeps its threads spinning 2^28 TSC cycles, about a
+# tenth of a second, after every threaded call, without yielding their cores: an
+# elementwise call split right after a matrix product shares its second core with one.
+# Measured on the 2-core AMD EPYC, scikit-learn's MLPClassifier.predict_proba (matrix
+# products, each followed by expit of 12.8M float64) under the loop mode: expit split took
+# 51-55 ms after a product against 36 ms with BLAS's threads asleep (70 ms whole), the
+# whole call 1.11x plain; with 2^24 cycles (about 6 ms) 1.48x. Matrix products that follow
+# each other within that time find the threads spinning as before; one after a longer gap
+# pays their wake-up (100-200 us on that VM). OpenBLAS reads it once, as NumPy loads it:
+# set here where NumPy is not loaded yet and the user has not set it.
+OPENBLAS_THREAD_TIMEOUT = "24"
+if "numpy" not in _sys.modules and "OPENBLAS_THREAD_TIMEOUT" not in _os.environ:
+    _os.environ["OPENBLAS_THREAD_TIMEOUT"] = OPENBLAS_THREAD_TIMEOUT
+    _blas_spin_source = "set by fastmath before NumPy loaded OpenBLAS"
+elif "OPENBLAS_THREAD_TIMEOUT" in _os.environ:
+    _blas_spin_source = "environment"
+else:
+    _blas_spin_source = ("NumPy was imported before fastmath: OpenBLAS's own (28); "
+                         "import fastmath first, or set OPENBLAS_THREAD_TIMEOUT")
+
+import numpy as _np  # noqa: E402
 
 from .integrations._patch import patch
 from .integrations._accelerate import accelerate, stand_ins as _stand_ins
@@ -67,7 +88,10 @@ def info() -> dict:
         ``"selection"``: the backend in force and where that came from;
         ``"config"``: strict mode, calibration file and the ``FASTMATH_*`` variables read;
         ``"cpu"``: model, SIMD level (NumPy's best dispatch target), cores;
-        ``"gpus"``: the CUDA devices torch sees; ``"thread_pools"``: threads per library.
+        ``"gpus"``: the CUDA devices torch sees; ``"thread_pools"``: threads per library;
+        ``"openblas_spin"``: how long OpenBLAS's threads spin after a call
+        (``OPENBLAS_THREAD_TIMEOUT``, 2^value cycles; fastmath sets 24 where it is
+        imported before NumPy and the variable is not set) and where that came from.
 
     Examples
     --------

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import platform
 import sys
 
@@ -136,6 +137,10 @@ def collect() -> dict:
         "cpu": _hardware.cpu(),
         "gpus": _hardware.gpus(),
         "thread_pools": _hardware.thread_pools(),
+        # how long OpenBLAS's threads spin after a call, as 2^value TSC cycles (None:
+        # OpenBLAS's own, 28), and who said so (fastmath/__init__.py)
+        "openblas_spin": {"value": os.environ.get("OPENBLAS_THREAD_TIMEOUT"),
+                          "source": fastmath._blas_spin_source},
     }
 
 
@@ -163,6 +168,8 @@ def render(d: dict) -> str:
               f"strict:    {d['config']['strict']}", "", "settings:"]
     lines += [f"  {k:<11} {shown(k, v['value'])}  ({v['source']})"
               for k, v in d["settings"].items()]
+    spin = d["openblas_spin"]
+    lines.append(f"openblas spin: 2^{spin['value'] or 28} cycles after a call ({spin['source']})")
     env = d["config"]["environment"]
     lines.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
     return "\n".join(lines)

@@ -7,7 +7,7 @@ gains later is never hidden.
 from __future__ import annotations
 
 _LAID_OUT = ("fastmath", "python", "platform", "versions", "backends", "compiled", "threads",
-             "selection", "config", "settings", "cpu", "gpus", "thread_pools")
+             "selection", "config", "settings", "cpu", "gpus", "thread_pools", "openblas_spin")
 
 
 def show_info(d: dict, file=None) -> None:
@@ -40,6 +40,8 @@ def show_info(d: dict, file=None) -> None:
         ("SIMD", f"{cpu['simd']}  (numpy dispatches: {', '.join(cpu['simd_targets']) or '-'})"),
         ("cores", f"{cpu['usable_cores']} usable of {cpu['logical_cores']}"),
         ("threads", ", ".join(f"{k} {v}" for k, v in d["thread_pools"].items())),
+        ("openblas spin", f"2^{d['openblas_spin']['value'] or 28} cycles after a call "
+                          f"({d['openblas_spin']['source']})"),
         ("GPUs", "; ".join(f"cuda:{g['index']} {g['name']} {g['memory_gib']} GiB "
                            f"(sm {g['capability']})" for g in gpus["devices"]) or gpus["note"]),
     ])

@@ -138,3 +138,48 @@ def test_a_call_uses_no_more_threads_than_its_limit():
     finally:
         _runtime.set_threads(before)
         _runtime.set_pacing(pacing)
+
+
+@pytest.mark.parametrize("first, own", [("fastmath", None), ("fastmath", "26"), ("numpy", None)])
+def test_openblas_threads_sleep_soon_after_a_call(first, own):
+    """OpenBLAS keeps its threads spinning 2^28 cycles (about 0.1 s) after each threaded
+    call, without yielding their cores: an elementwise call split right after a matrix
+    product shared its second core with one (scikit-learn's MLPClassifier.predict_proba
+    under the loop mode, 1.11x plain; 1.48x with 2^24). fastmath, imported before NumPy,
+    sets OPENBLAS_THREAD_TIMEOUT=24 where the user has not set it; a user's own setting is
+    kept, and info() says which it is (after NumPy, it is too late to change)."""
+    code = f"""
+        import os, time
+        import {first}
+        import numpy as np, fastmath
+        from threadpoolctl import threadpool_info
+        threads = max([p["num_threads"] for p in threadpool_info()
+                       if p["internal_api"] == "openblas"] or [1])
+        a = np.random.default_rng(0).standard_normal((800, 800))
+        for _ in range(3):
+            a @ a
+        time.sleep(0.02)
+        cpu = time.process_time()
+        time.sleep(0.08)
+        asleep = time.process_time() - cpu
+        spin = fastmath.info()["openblas_spin"]
+        print(os.environ.get("OPENBLAS_THREAD_TIMEOUT"), threads, asleep, spin["value"],
+              "|", spin["source"])
+    """
+    env = {} if own is None else {"OPENBLAS_THREAD_TIMEOUT": own}
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    if own is None:
+        full.pop("OPENBLAS_THREAD_TIMEOUT", None)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=120, env=full, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    words, source = r.stdout.split("|")
+    setting, threads, asleep, shown = words.split()
+    if first == "numpy":
+        assert setting == shown == "None" and "NumPy was imported before" in source
+        return
+    assert setting == shown == (own or fastmath.OPENBLAS_THREAD_TIMEOUT)
+    assert source.strip() == ("environment" if own else
+                              "set by fastmath before NumPy loaded OpenBLAS")
+    if own is None and int(threads) > 1:
+        assert float(asleep) < 0.04  # 0.06-0.08 s with OpenBLAS's own 2^28 cycles
