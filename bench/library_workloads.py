@@ -10,7 +10,9 @@ the median times (the modes take turns to run first in a round), the median of t
 rounds' speed-ups against plain, whether the results are bitwise equal to plain (or
 their largest relative difference), and what fastmath ran: the fastmath functions called
 (functions mode) and the loops split (loop mode), counted on one extra untimed run.
-Report ``uptime``'s load average with any figure.
+Report ``uptime``'s load average with any figure. fastmath is imported before NumPy, as
+``fastmath run`` and FASTMATH_PATCH load it, so OpenBLAS's threads spin 2^24 cycles after a
+call (docs/backends.md), in every column alike.
 """
 from __future__ import annotations
 
@@ -22,14 +24,16 @@ import time
 import warnings
 from collections import Counter
 
-import numpy as np
-
-warnings.filterwarnings("ignore")  # convergence chatter from the fits: the same in every mode
-
+# fastmath first, as `fastmath run` and FASTMATH_PATCH load it: before NumPy loads OpenBLAS
+# (OPENBLAS_THREAD_TIMEOUT, docs/backends.md)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fastmath  # noqa: E402
 from fastmath.integrations import _loopmode  # noqa: E402
 from fastmath.frontends._ufunc import Ufunc  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+warnings.filterwarnings("ignore")  # convergence chatter from the fits: the same in every mode
 
 
 def workloads(quick: bool):

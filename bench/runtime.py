@@ -32,11 +32,13 @@ import sys
 import threading
 import time
 
-import numpy as np
-
+# fastmath first, as `fastmath run` and FASTMATH_PATCH load it: before NumPy loads OpenBLAS
+# (OPENBLAS_THREAD_TIMEOUT, docs/backends.md)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fastmath  # noqa: E402
 from fastmath.dispatch import _runtime  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 from busy import _spin  # noqa: E402 - bench/busy.py's process spinning on one core
 
