@@ -221,7 +221,9 @@ run_unary(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out)
                          zero, zero, zero};
     PyObject *flags = PyObject_Vectorcall(s[UNARY], args, 7, NULL);
     Py_DECREF(e);
-    if (flags == NULL || flags == Py_None) { /* (an error: raised to the caller) */
+    if (flags == NULL || flags == Py_None) { /* an error, raised to the caller; or None:
+                                               * not taken, nothing written (the Python
+                                               * path's) */
         Py_XDECREF(flags);
         Py_DECREF(out);
         return NULL;
