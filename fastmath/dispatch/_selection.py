@@ -24,9 +24,13 @@ _tokens: contextvars.ContextVar = contextvars.ContextVar("fastmath_backend_token
 
 
 class _State:
-    """The process-wide default, in an object so hot paths can hold it without a lookup."""
+    """The process-wide default, in an object so hot paths can hold it without a lookup
+    (a slot: the ufuncs' fast path in C reads it where the slot lies, frontends/_hot.c)."""
 
-    default = "auto"  # FASTMATH_BACKEND's, once checked: see _env_default
+    __slots__ = ("default",)
+
+    def __init__(self):
+        self.default = "auto"  # FASTMATH_BACKEND's, once checked: see _env_default
 
 
 state = _State()

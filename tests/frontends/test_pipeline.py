@@ -697,6 +697,24 @@ def test_what_c_does_not_make_goes_to_python(monkeypatch):
         assert _in_c(fastmath.exp, monkeypatch, lambda: fastmath.exp(x)) == 0
 
 
+@lean_native
+def test_the_c_fast_path_follows_set_backend_at_once(monkeypatch):
+    # (it reads the selection's default where its slot lies, not by name: _hot.c)
+    fastmath.exp(np.ones(3))  # (the cost table read)
+    x = np.linspace(-3, 3, max(2 * fastmath.exp._small, 10**5))
+    try:
+        fastmath.set_backend("numpy")
+        fastmath.exp(x)  # (the first call, in Python, looks up what C may do)
+        assert _in_c(fastmath.exp, monkeypatch, lambda: fastmath.exp(x)) == 1
+        fastmath.set_backend("auto")  # a size auto has not learned: Python's
+        assert _in_c(fastmath.exp, monkeypatch, lambda: fastmath.exp(x)) == 0
+        fastmath.set_backend("numpy")
+        assert _in_c(fastmath.exp, monkeypatch, lambda: fastmath.exp(x)) == 1
+    finally:
+        fastmath.set_backend("auto")
+    assert fastmath.exp(x).tobytes() == np.exp(x).tobytes()
+
+
 def _serial():
     """The scope of a block of ``accelerate(elementwise=True)``: one thread, no split."""
     import contextlib
