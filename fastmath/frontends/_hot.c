@@ -123,22 +123,6 @@ new_like(PyObject *x, PyObject *descr)
     return PyArray_NewLikeArray((PyArrayObject *)x, NPY_KEEPORDER, (PyArray_Descr *)descr, 0);
 }
 
-/* Whether array `out` (a given out=) has x's shape: the call's size is x's. */
-static int
-same_shape(PyObject *x, PyObject *out)
-{
-    PyArrayObject *a = (PyArrayObject *)x, *o = (PyArrayObject *)out;
-    if (PyArray_NDIM(o) != PyArray_NDIM(a)) {
-        return 0;
-    }
-    for (int d = 0; d < PyArray_NDIM(a); d++) {
-        if (PyArray_DIMS(o)[d] != PyArray_DIMS(a)[d]) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 static PyObject *run_unary(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out);
 
 /* Under the numpy backend, one contiguous array in a dtype its loop takes as it is (into
@@ -151,7 +135,7 @@ lean_numpy(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
 {
     PyObject *lean = s[LEAN];
     PyArrayObject *a = listed_array(s, lean, x);
-    if (a == NULL || (out != NULL && !same_shape(x, out))) {
+    if (a == NULL || (out != NULL && !PyArray_SAMESHAPE(a, (PyArrayObject *)out))) {
         return NULL;
     }
     Py_ssize_t k, n = PyList_GET_SIZE(lean);
@@ -266,7 +250,7 @@ lean_auto(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
     int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
     PyArrayObject *a = listed_array(s, s[AUTOLEAN], x);
     if (a == NULL || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need
-            || (out != NULL && !same_shape(x, out))) {
+            || (out != NULL && !PyArray_SAMESHAPE(a, (PyArrayObject *)out))) {
         return NULL;
     }
     PyObject *lean = s[AUTOLEAN];

@@ -151,6 +151,11 @@ def shown(setting, value) -> str:
     return "nothing learned" if value is None and setting == "learned" else str(value)
 
 
+def spin_shown(spin) -> str:
+    """info()'s "openblas_spin" for people (no value: OpenBLAS's own, 2^28 cycles)."""
+    return f"2^{spin['value'] or 28} cycles after a call ({spin['source']})"
+
+
 def render(d: dict) -> str:
     cpu = d["cpu"]
     lines = [f"fastmath {d['fastmath']}  (python {d['python']}, {d['platform']})", "",
@@ -168,8 +173,7 @@ def render(d: dict) -> str:
               f"strict:    {d['config']['strict']}", "", "settings:"]
     lines += [f"  {k:<11} {shown(k, v['value'])}  ({v['source']})"
               for k, v in d["settings"].items()]
-    spin = d["openblas_spin"]
-    lines.append(f"openblas spin: 2^{spin['value'] or 28} cycles after a call ({spin['source']})")
+    lines.append("openblas spin: " + spin_shown(d["openblas_spin"]))
     env = d["config"]["environment"]
     lines.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
     return "\n".join(lines)

@@ -20,7 +20,7 @@ def show_info(d: dict, file=None) -> None:
         print(render(d), file=file)
         return
     console = Console(file=file, highlight=False)
-    from ._info import shown
+    from ._info import shown, spin_shown
 
     def pairs(title, rows):
         t = Table(title=title, title_justify="left", show_header=False, box=None,
@@ -40,8 +40,7 @@ def show_info(d: dict, file=None) -> None:
         ("SIMD", f"{cpu['simd']}  (numpy dispatches: {', '.join(cpu['simd_targets']) or '-'})"),
         ("cores", f"{cpu['usable_cores']} usable of {cpu['logical_cores']}"),
         ("threads", ", ".join(f"{k} {v}" for k, v in d["thread_pools"].items())),
-        ("openblas spin", f"2^{d['openblas_spin']['value'] or 28} cycles after a call "
-                          f"({d['openblas_spin']['source']})"),
+        ("openblas spin", spin_shown(d["openblas_spin"])),
         ("GPUs", "; ".join(f"cuda:{g['index']} {g['name']} {g['memory_gib']} GiB "
                            f"(sm {g['capability']})" for g in gpus["devices"]) or gpus["note"]),
     ])
