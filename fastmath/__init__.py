@@ -28,9 +28,9 @@ import sys as _sys
 # each other within that time find the threads spinning as before; one after a longer gap
 # pays their wake-up (100-200 us on that VM). OpenBLAS reads it once, as NumPy loads it:
 # set here where NumPy is not loaded yet and the user has not set it.
-OPENBLAS_THREAD_TIMEOUT = "24"
+_OPENBLAS_THREAD_TIMEOUT = "24"
 if "numpy" not in _sys.modules and "OPENBLAS_THREAD_TIMEOUT" not in _os.environ:
-    _os.environ["OPENBLAS_THREAD_TIMEOUT"] = OPENBLAS_THREAD_TIMEOUT
+    _os.environ["OPENBLAS_THREAD_TIMEOUT"] = _OPENBLAS_THREAD_TIMEOUT
     _blas_spin_source = "set by fastmath before NumPy loaded OpenBLAS"
 elif "OPENBLAS_THREAD_TIMEOUT" in _os.environ:
     _blas_spin_source = "environment"

@@ -178,7 +178,7 @@ def test_openblas_threads_sleep_soon_after_a_call(first, own):
     if first == "numpy":
         assert setting == shown == "None" and "NumPy was imported before" in source
         return
-    assert setting == shown == (own or fastmath.OPENBLAS_THREAD_TIMEOUT)
+    assert setting == shown == (own or fastmath._OPENBLAS_THREAD_TIMEOUT)
     assert source.strip() == ("environment" if own else
                               "set by fastmath before NumPy loaded OpenBLAS")
     if own is None and int(threads) > 1:
