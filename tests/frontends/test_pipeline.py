@@ -786,6 +786,29 @@ def test_calls_into_an_out_array_are_made_in_c_bitwise(dtype, monkeypatch):
 
 
 @lean_native
+@pytest.mark.parametrize("name", ["exp", "log", "expm1", "sqrt"])
+@pytest.mark.parametrize("n", [10, 10**5])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_special_values_into_an_out_array_are_numpys(name, n, dtype, monkeypatch):
+    # +-inf, nan, +-0, subnormals, the largest and smallest normals: bitwise NumPy's
+    # into out= and in place, small (NumPy's call) and large (the runtime's), from C
+    info = np.finfo(dtype)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, info.smallest_subnormal,
+                        -info.smallest_subnormal, info.tiny, info.max, -info.max, 1.0, -1.0],
+                       dtype)
+    x = np.resize(special, n)
+    f, ref = getattr(fastmath, name), getattr(np, name)
+    with fastmath.backend("numpy"), np.errstate(all="ignore"):
+        f(x, out=np.empty_like(x))  # (the first call, in Python, looks up what C may do)
+        o = np.empty_like(x)
+        assert _in_c(f, monkeypatch, lambda: f(x, out=o)) == 1
+        y = x.copy()
+        assert _in_c(f, monkeypatch, lambda: f(y, out=y)) == 1
+        want = ref(x)
+    assert o.tobytes() == want.tobytes() and y.tobytes() == want.tobytes()
+
+
+@lean_native
 @pytest.mark.parametrize("mode", ["warn", "raise", "ignore"])
 def test_fp_errors_of_calls_in_place_made_in_c_are_numpys(mode, monkeypatch):
     # In place, the input is gone once the loop has run: the flags it raised are acted on
