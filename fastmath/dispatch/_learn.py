@@ -21,7 +21,8 @@ runtime (the reference's, torch's) its spinning workers are parked, and a kernel
 splits again if a lost split had paused it. A call of a kernel on the runtime begun
 short of threads is not counted either (a worker that the run's first call woke has not
 run yet; or another library's threads still spin after their own call, torch's,
-announced to the runtime), up to SPARED such calls in a row; nor is any arm's call
+announced to the runtime), up to SPARED such calls in a row, or for SPARE_FOR seconds,
+the run going on until its threads come; nor is any arm's call
 during which the process took FAULTS page faults or more (from size class FAULTS_FROM):
 its output was memory the heap had just grown by, mapped as the call wrote it, a cost
 the program pays once (fastmath's outputs are recycled, dispatch/_alloc.py) and not the
@@ -91,7 +92,9 @@ NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried
 RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this many only
 BASELINE_NEARBY = 3.0  # the baseline this far behind in the nearest class: not tried at first
 NEARBY_LONG = 1.25  # ... any arm this far behind, where the calls will take LONG seconds
-SPARED = 2  # a runtime kernel's calls short of threads left uncounted in a row, at most
+SPARED = 2  # a kernel's calls short of threads or memory left uncounted in a row, at most...
+SPARE_FOR = 2e-3  # ... or, short of threads, for this many seconds from the first, the
+# run going on meanwhile (a parked worker takes up to a millisecond to wake on a VM)
 FAULTS = 2  # page faults during a timed call from which it is not counted (fresh memory)...
 FAULTS_FROM = 8  # ... in size classes from this one (32768 elements; two reads of the count
 # cost 1.6 us, and below it an output comes from memory the heap already has)
@@ -110,6 +113,8 @@ REVISIT, REVISIT_MOST = 1000, 64000  # calls between revisits of a settled cell
 MOVED = 0.5  # a winner whose typical time moved by this much since it settled: learn afresh
 DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (3% of 1.5 s)
 SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
+
+THREADS, MEMORY = "threads", "memory"  # what a call the cell does not count was short of
 
 clock = time.perf_counter  # tests put a fake one in its place
 try:  # the native runtime's pool: its spinning workers park before a call off it, a
@@ -195,6 +200,7 @@ class Cell:
         self.opening: set = set()  # arms whose next recorded call opens a run: not counted
         self.warmed: set = set()  # arms whose first call in this cell is done
         self.spared: dict = {}  # arm -> its calls left uncounted in a row (short of threads)
+        self.waiting: dict = {}  # arm -> when the first of them, short of threads, was timed
         self.learning = True
 
     def live(self):
@@ -239,27 +245,37 @@ class Cell:
         t = self.times[self.baseline] or next((v for v in self.times.values() if v), None)
         return bool(t) and _typical(t) >= LONG
 
-    def record(self, arm, seconds, short=False):
+    def record(self, arm, seconds, short=None):
         """One call of ``arm`` took ``seconds``; True once the cell has settled.
-        ``short``: it is not what the kernel takes settled: it began short of threads (a
+        ``short``: it is not what the kernel takes settled: it began short of THREADS (a
         worker of the runtime still waking, or another library's threads still spinning
-        after their own call), or it mapped fresh memory (FAULTS page faults); not
+        after their own call), or it mapped fresh MEMORY (FAULTS page faults); not
         counted, up to SPARED such calls in a row (a core may be taken for good, a kernel
-        may map memory on every call)."""
+        may map memory on every call), and short of threads for SPARE_FOR seconds from
+        the first, the arm's run going on until its threads come: at 10^4 elements a
+        run of two calls ended before a worker woken by its first call had run, the
+        numpy backend's calls were all short of threads, at every turn (its pool parks
+        before the reference's), its third ran whole and counted, and cells where it was
+        1.2x faster settled on the reference."""
         with self.lock:
             if not self.learning or arm not in self.times or arm in self.dropped:
                 return False
             self.work += seconds
             spared = self.spared.get(arm, 0)
-            if arm in self.opening or (short and spared < SPARED):
+            waits = short == THREADS and clock() - self.waiting.setdefault(
+                arm, clock()) < SPARE_FOR
+            if arm in self.opening or (short and (spared < SPARED or waits)):
                 # a run's first call (its pool woke, or it warms up), or one short of
                 # threads or of mapped memory
                 if arm not in self.opening:
                     self.spared[arm] = spared + 1
+                    if waits and arm == self.current:
+                        self.streak = max(self.streak, 1)
                 self.opening.discard(arm)
                 self.warmed.add(arm)
                 return False
             self.spared[arm] = 0
+            self.waiting.pop(arm, None)
             mine = self.times[arm]
             mine.append(seconds)
             base = self.times[self.baseline]
@@ -405,9 +421,9 @@ class Timed:
         if result is NotImplemented:
             if self.cell.drop(self.arm):  # it cannot take this cell's calls
                 _settle(self.cell)
-        elif self.cell.record(self.arm, seconds, (
-                self.pace >= 0 and (spun or _late() != late))
-                or (self.watch and faults() - mapped >= FAULTS)):
+        elif self.cell.record(self.arm, seconds, THREADS if (
+                self.pace >= 0 and (spun or _late() != late)) else MEMORY if (
+                self.watch and faults() - mapped >= FAULTS) else None):
             _settle(self.cell)
         return result
 
