@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from .._numpy import FLOATS as _FLOATS, np
 
+from ..backends._lse import FAST_MAX
 from ..dispatch import _calibration, _learn, _selection
 from .. import _registry
 from .._registry import BY_NAME
@@ -178,8 +179,10 @@ def explain(func, /, *args, **kwargs) -> Explanation:
     mode = _learn.state.mode
     if mode == "off":
         names, how = (), "FASTMATH_AUTO=off: the reference at every size"
-    elif mode == "learn" and size >= _learn.LEARN_FROM and spec.kind in (
-            "unary", "binary", "elementwise"):  # reductions' own compiled paths learn nothing
+    elif mode == "learn" and size >= _learn.LEARN_FROM and not (
+            # logsumexp's compiled path for finite input answers up to FAST_MAX elements
+            # in one thread, learning nothing; past it, and for softmax, the plan learns
+            spec.kind == "logsumexp" and size <= FAST_MAX):
         learned = _learn.describe(spec.name, dtype, size)
         floor = _learn.floor(spec.name)
         if learned is None and size < floor and dtype in _learn.DTYPES:

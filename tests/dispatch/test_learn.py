@@ -3,6 +3,7 @@ import json
 import os
 import sys
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -672,6 +673,30 @@ def test_fastmath_calls_learn_and_explain_says_so(learn, monkeypatch):
     assert e.backend == "numpy" and e.how == "learned here", e
     assert "measured on this machine" in str(e)
     assert fastmath.info()["settings"]["learned"]["value"] == str(_learn.path())
+
+
+def test_logsumexp_learns_past_its_compiled_path_and_explain_says_so(learn, monkeypatch):
+    """logsumexp's compiled path answers finite input up to FAST_MAX elements in one
+    thread and learns nothing; past it the plan learns, and explain() said "guessed"
+    there after the cell had settled."""
+    import scipy.special
+
+    from fastmath.backends._lse import FAST_MAX
+
+    monkeypatch.setattr(_learn, "clock", time.perf_counter)  # the real kernels, timed
+    big = np.linspace(-3, 1, 4 * FAST_MAX)
+    assert "not learned yet" in fastmath.explain(scipy.special.logsumexp, big).how
+    for _ in range(200):
+        assert_same(fastmath.logsumexp(big), scipy.special.logsumexp(big), ulps=8)
+        if _learn.settled:
+            break
+    e = fastmath.explain(scipy.special.logsumexp, big)
+    assert e.how == "learned here", e
+    small = big[:FAST_MAX]
+    for _ in range(20):
+        assert_same(fastmath.logsumexp(small), scipy.special.logsumexp(small), ulps=8)
+    how = fastmath.explain(scipy.special.logsumexp, small).how
+    assert "learn" not in how, how
 
 
 def test_learning_is_logged_at_info(learn, monkeypatch, caplog):
