@@ -7,6 +7,9 @@
 - split: exp and log of float64 at 10^4..10^7 elements: NumPy's own call, fastmath's numpy
   backend, and the loop mode (``fastmath.patch(mode="loops")``), bitwise NumPy's all three;
   at 10^7 also a two-thread copy of the same bytes into a fresh output (what memory allows).
+- bursts: exp of 10^5 float64 elements in bursts of 3 ms of calls, 0-50 ms apart (a
+  program's calls come in bursts: after a pause the workers have parked, and one woken
+  beside its caller on the caller's CPU moves off it), NumPy's and the numpy backend's.
 - idle: the CPU time the process uses in the second after a burst of calls.
 - crossover: for NumPy's own one-argument functions whose calibration row runs the numpy
   backend, the smallest size from which the numpy backend (through fastmath's front end,
@@ -177,6 +180,35 @@ def blas(args):
         f"{name} {t0 / t:.2f}x" for name, t in times.items()))
 
 
+def bursts(args):
+    print("\n## bursts of calls with pauses between them (ratio: NumPy's time / the numpy "
+          "backend's; each burst 3 ms of calls, its mean per call; median of the bursts)")
+    x = np.random.default_rng(4).uniform(0.1, 10, 10**5)
+    out = np.empty_like(x)
+
+    def burst(fn):
+        t0, k = time.perf_counter(), 0
+        while time.perf_counter() - t0 < 0.003:
+            fn(x, out=out)
+            k += 1
+        return (time.perf_counter() - t0) / k
+
+    for pause in (0.0, 0.002, 0.01, 0.05):
+        before = _runtime.stats().get("moves", 0)
+        times = {"numpy": [], "backend": []}
+        with fastmath.backend("numpy"):
+            for _ in range(max(args.rounds, 3) * 3):
+                for name, fn in (("numpy", np.exp), ("backend", fastmath.exp)):
+                    time.sleep(pause)
+                    times[name].append(burst(fn))
+        t0, t1 = statistics.median(times["numpy"]), statistics.median(times["backend"])
+        slower = sum(t > t0 for t in times["backend"])
+        print(f"exp float64 10^5, {pause * 1e3:4.0f} ms apart: NumPy {t0 * 1e6:.1f} us, "
+              f"{t0 / t1:.2f}x; bursts slower than NumPy's median {slower} of "
+              f"{len(times['backend'])}; a worker moved off the caller's CPU "
+              f"{_runtime.stats().get('moves', 0) - before} times")
+
+
 CROSSOVER_SIZES = (4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288)
 
 
@@ -206,14 +238,15 @@ def crossover(args):
             print(f"{name:10} {dtype:8} from {at}  ({shown})")
 
 
-SECTIONS = {"cost": cost, "split": split, "idle": idle, "blas": blas, "crossover": crossover}
+SECTIONS = {"cost": cost, "split": split, "bursts": bursts, "idle": idle, "blas": blas,
+            "crossover": crossover}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--busy", action="store_true", help="another process busy on one core")
-    p.add_argument("--sections", default="cost,split,idle,blas",
+    p.add_argument("--sections", default="cost,split,bursts,idle,blas",
                    help=f"comma-separated, of: {', '.join(SECTIONS)}")
     args = p.parse_args(argv)
     wanted = args.sections.split(",")

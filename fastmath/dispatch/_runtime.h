@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define FM_CAPSULE "fastmath.dispatch._runtime._C_API"
-#define FM_API_VERSION 3
+#define FM_API_VERSION 4
 #define FM_MAXARGS 4
 #define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
 #define FM_KEEP 3     /* whole runs remembered per record */
@@ -44,6 +44,7 @@ typedef struct {
     int woke;              /* set by start(): a worker was parked when it began */
     atomic_int joined;     /* pool threads that joined it (the caller waited for them) */
     long long started;     /* set by start(): when it began (CLOCK_MONOTONIC, ns) */
+    int cpu;               /* set by start(): the CPU the caller ran on (-1: not known) */
     int absent;            /* set by finish(): see fm_came() */
     long long caller_ns;
     intptr_t caller_n;

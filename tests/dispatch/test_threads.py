@@ -183,3 +183,56 @@ def test_openblas_threads_sleep_soon_after_a_call(first, own):
                               "set by fastmath before NumPy loaded OpenBLAS")
     if own is None and int(threads) > 1:
         assert float(asleep) < 0.04  # 0.06-0.08 s with OpenBLAS's own 2^28 cycles
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_worker_that_joins_on_its_callers_cpu_moves_off_it():
+    """The scheduler now and then wakes a worker on its caller's CPU, and there it stays:
+    on a 2-vCPU VM, after pauses of 10 ms between bursts of calls, every split of a burst
+    then ran at one core's speed or slower (exp of 10^5 float64 on the numpy backend: the
+    same time as NumPy's, 1.55x with the worker elsewhere). A worker that joins a call on
+    its caller's CPU moves to another CPU it may use, and may then run anywhere again.
+    Here the caller is held on one CPU and its worker put beside it (its affinity then
+    widened again, as a running thread it stays) before each call; the kernel's load
+    balancer may move it first, so some tries find nothing to do."""
+    code = """
+        import os
+        import numpy as np, fastmath
+        from fastmath.dispatch import _runtime as R
+        cpus = set(os.sched_getaffinity(0))
+        c = min(cpus)
+        R.set_spin(1.0)  # between calls the worker spins (yielding), so it can be placed
+        R.set_pacing(False)
+        x = np.linspace(0, 1, 4_000_000)
+        out = np.empty_like(x)
+        with fastmath.backend("numpy"):
+            fastmath.exp(x, out=out)  # the pool starts
+            workers = [int(t) for t in os.listdir("/proc/self/task") if int(t) != os.getpid()]
+            os.sched_setaffinity(0, {c})  # this thread, the caller
+            def cpu_of(tid):
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    return int(f.read().rsplit(")", 1)[1].split()[36])
+            moved = tried = 0
+            for _ in range(40):
+                for w in workers:
+                    os.sched_setaffinity(w, {c})
+                    os.sched_setaffinity(w, cpus)
+                if any(cpu_of(w) != c for w in workers):
+                    continue  # moved by the kernel already
+                tried += 1
+                before = R.stats()["moves"]
+                fastmath.exp(x, out=out)
+                assert np.array_equal(out, np.exp(x))
+                if R.stats()["moves"] > before:
+                    moved += 1
+                    assert all(cpu_of(w) != c for w in workers)
+                    assert os.sched_getaffinity(workers[0]) == cpus  # its affinity given back
+        print(len(workers), tried, moved)
+    """
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1",
+               FASTMATH_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    workers, tried, moved = map(int, r.stdout.split())
+    assert workers == 1 and tried > 0 and moved > 0, r.stdout
