@@ -110,6 +110,14 @@ def timed_rounds(name, arg, kwargs, columns, rounds, target=TARGET):
     A column is "reference" (NumPy/SciPy called directly), "copy" (copying the array:
     the memory-bandwidth floor), or a selection ("auto" or a backend) forced through
     fastmath. Returns column -> list of per-round times (seconds).
+
+    A selection's timed batch follows an untimed one, so that it is timed as a program's
+    calls run one after another: after the other columns' batches its threads have
+    parked, and waking they now and then land on the caller's CPU and stay there a while
+    (on a 2-vCPU VM torch's erf of 16384 float64 elements took 300 us a call so, against
+    28 us, until the scheduler moved them, within 3 ms of calls in 39 batches of 40;
+    fastmath's own workers move off at once). Without it two ``calibrate --quick`` runs
+    ranked torch-cpu and mkl apart by 1.3-10x in three cells.
     """
     import fastmath
 
@@ -130,6 +138,7 @@ def timed_rounds(name, arg, kwargs, columns, rounds, target=TARGET):
                 t = once()
             else:
                 with fastmath.backend(scope):
+                    once()  # untimed: its threads wake, and the scheduler places them
                     t = once()
                 if leaves_threads(scope):
                     _peers.quiesce()
@@ -146,6 +155,7 @@ def leaves_threads(selection) -> bool:
     was loaded before fastmath (fastmath asks for passive waiting only when it loads torch
     itself): the column after torch's then ran with one core held by them, and fastmath's
     pool, splitting over two threads, was timed on one.
+
     """
     from .. import backends
 
