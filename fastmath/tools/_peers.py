@@ -346,6 +346,18 @@ def measure(cols, x, rounds, target=TARGET, quiet=True, totals=None):
         for label, fn in cols:
             if quiet:
                 quiesce()
+            # WARM seconds of calls first, untimed (counted in ``totals``): after the quiet
+            # wait a pool's threads have gone to sleep, and waking they now and then land
+            # on the caller's CPU for a few milliseconds (torch's erf of 16384 float64
+            # elements took 300 us a call so on a 2-vCPU VM, against 28 us)
+            per = float(np.median(samples[label])) if samples[label] else target / reps[label]
+            warm = int(WARM / max(per, 1e-7))
+            if warm:
+                t = time.perf_counter()
+                for _ in range(warm):
+                    fn(x)
+                spent[label][0] += time.perf_counter() - t
+                spent[label][1] += warm
             n = reps[label]
             t = time.perf_counter()
             for _ in range(n):
@@ -363,6 +375,7 @@ def measure(cols, x, rounds, target=TARGET, quiet=True, totals=None):
 
 
 SIZING = 3  # calls timed one by one to size a column's batches: the fastest counts
+WARM = 0.003  # seconds of a column's calls before each timed batch (none past this a call)
 
 
 def _reps(target, per_call):
