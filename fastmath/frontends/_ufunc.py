@@ -280,6 +280,12 @@ class Ufunc(functools.partial):
             result = _pipeline.lean(self, xs)
             if result is not NotImplemented:
                 return result
+        elif not kwargs and len(args) == 1 or not args and len(kwargs) == 1 and "out" in kwargs:
+            out = args[0] if args else kwargs["out"]
+            if out is not None and not (args and type(out) is tuple):  # (NumPy's TypeError)
+                result = _pipeline.lean_out(self, xs, out)
+                if result is not NotImplemented:
+                    return result
         return _pipeline.call(self, xs, args, kwargs)
 
     def _remember_lean(self, dt):
