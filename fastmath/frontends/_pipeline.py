@@ -102,25 +102,33 @@ def call(f, xs, args, kwargs):
     return o
 
 
-def lean(f, xs):
-    """``f(*xs)`` for ndarrays of one shape, or NotImplemented when the call needs more
-    than the common steps (see ``call``)."""
+def _entry(f, xs):
+    """(result dtype, loop dtype's name) for ndarrays of one shape in their loop's dtypes
+    (see _lean_entry, kept per operand dtypes in ``f._lean``), else None."""
     x = xs[0]
     if type(x) is not _ndarray:
-        return NotImplemented
+        return None
     if len(xs) == 1:
         key = x.dtype
     else:
         y = xs[1]
         if type(y) is not _ndarray or y.shape != x.shape:
-            return NotImplemented
+            return None
         key = (x.dtype, y.dtype)
     try:
-        entry = f._lean[key]
+        return f._lean[key]
     except KeyError:
         entry = f._lean[key] = _lean_entry(f, xs)
+        return entry
+
+
+def lean(f, xs):
+    """``f(*xs)`` for ndarrays of one shape, or NotImplemented when the call needs more
+    than the common steps (see ``call``)."""
+    entry = _entry(f, xs)
     if entry is None:
         return NotImplemented
+    x = xs[0]
     out_dt, name = entry
     size = x.size
     contiguous = x.flags.c_contiguous and (len(xs) == 1 or xs[1].flags.c_contiguous)
@@ -152,24 +160,14 @@ def lean_out(f, xs, out):
         if len(out) != 1:
             return NotImplemented
         out = out[0]
+    entry = _entry(f, xs)
     x = xs[0]
-    if type(out) is not _ndarray or type(x) is not _ndarray or out.shape != x.shape or not (
-            out.flags.c_contiguous and out.flags.writeable and x.flags.c_contiguous):
+    if entry is None or type(out) is not _ndarray or out.shape != x.shape or not (
+            out.flags.c_contiguous and out.flags.writeable) or entry[0] != out.dtype:
         return NotImplemented
-    if len(xs) == 1:
-        key = x.dtype
-    else:
-        y = xs[1]
-        if type(y) is not _ndarray or y.shape != x.shape or not y.flags.c_contiguous:
-            return NotImplemented
-        key = (x.dtype, y.dtype)
-    try:
-        entry = f._lean[key]
-    except KeyError:
-        entry = f._lean[key] = _lean_entry(f, xs)
-    if entry is None or entry[0] != out.dtype or any(
+    if not all(a.flags.c_contiguous for a in xs) or any(
             a is not out and np.may_share_memory(a, out) for a in xs):
-        return NotImplemented  # a cast, or a partial overlap (call copies the operand)
+        return NotImplemented  # another layout, or a partial overlap (call copies)
     chain = _selection.plan(f._spec, entry[1], x.size, 0)
     if not chain or not x.size:
         return NotImplemented  # the reference's, as call makes it
