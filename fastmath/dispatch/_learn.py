@@ -262,8 +262,10 @@ class Cell:
                 return False
             self.work += seconds
             spared = self.spared.get(arm, 0)
-            waits = short == THREADS and clock() - self.waiting.setdefault(
-                arm, clock()) < SPARE_FOR
+            waits = False
+            if short == THREADS:
+                now = clock()
+                waits = now - self.waiting.setdefault(arm, now) < SPARE_FOR
             if arm in self.opening or (short and (spared < SPARED or waits)):
                 # a run's first call (its pool woke, or it warms up), or one short of
                 # threads or of mapped memory

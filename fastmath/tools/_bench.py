@@ -155,7 +155,6 @@ def leaves_threads(selection) -> bool:
     was loaded before fastmath (fastmath asks for passive waiting only when it loads torch
     itself): the column after torch's then ran with one core held by them, and fastmath's
     pool, splitting over two threads, was timed on one.
-
     """
     from .. import backends
 
