@@ -265,13 +265,14 @@ class Ufunc(functools.partial):
 
     def _call(self, xs, args, kwargs):
         sel = _current()
+        out_kw = not args and len(kwargs) == 1 and "out" in kwargs  # out= its one option
         if sel == "auto":
             if not self._small:
                 _pipeline.fill_small(self, self._spec)
             if not args and not kwargs and _short(xs, self._small, self._smalls):
                 return self._ref(*xs)
             if self._native is not None and len(xs) == 1 and not args and (
-                    not kwargs or (len(kwargs) == 1 and "out" in kwargs)):  # (see _hot.c)
+                    not kwargs or out_kw):  # (see _hot.c)
                 self._remember_auto(xs[0])
         elif (sel == "numpy" and self._native is not None and len(xs) == 1
               and type(xs[0]) is _ndarray and xs[0].dtype not in self._lean_seen):
@@ -280,7 +281,7 @@ class Ufunc(functools.partial):
             result = _pipeline.lean(self, xs)
             if result is not NotImplemented:
                 return result
-        elif not kwargs and len(args) == 1 or not args and len(kwargs) == 1 and "out" in kwargs:
+        elif out_kw or (not kwargs and len(args) == 1):  # the output array, as NumPy takes it
             out = args[0] if args else kwargs["out"]
             if out is not None and not (args and type(out) is tuple):  # (NumPy's TypeError)
                 result = _pipeline.lean_out(self, xs, out)
