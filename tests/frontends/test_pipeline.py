@@ -929,3 +929,44 @@ def test_calls_into_an_out_array_skip_the_general_parse(backend, dtype, monkeypa
         assert_same(z[:-1], np.exp(np.concatenate([x, x])[1:]),
                     ulps=spec.ulp[x.dtype == np.float64])
         assert len(general) == 3
+
+
+@pytest.mark.skipif(not OTHER, reason="no backend but numpy")
+@pytest.mark.parametrize("backend", OTHER)
+@pytest.mark.parametrize("name", ["exp", "log", "expm1", "sqrt"])
+@pytest.mark.parametrize("n", [10, 10**5])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_special_values_into_an_out_array_skip_the_general_parse(backend, name, n, dtype,
+                                                                 monkeypatch):
+    """+-inf, nan, +-0, subnormals, the extreme normals into out= and in place under the
+    mkl, torch and numexpr backends (_pipeline.lean_out): NumPy's values within the
+    row's bound, and NumPy's FP warnings, small and large."""
+    from fastmath.frontends import _pipeline
+
+    info = np.finfo(dtype)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, info.smallest_subnormal,
+                        -info.smallest_subnormal, info.tiny, info.max, -info.max, 1.0, -1.0],
+                       dtype)
+    x = np.resize(special, n)
+    f, ref = getattr(fastmath, name), getattr(np, name)
+    ulps = next(r for r in ROWS if r.name == name).ulp[x.dtype == np.float64]
+
+    def said(call):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            call()
+        return sorted(str(m.message) for m in w)
+
+    want = np.empty_like(x)
+    want_said = said(lambda: ref(x, out=want))
+    general = []
+    real = _pipeline.call
+    monkeypatch.setattr(_pipeline, "call", lambda *a: general.append(a) or real(*a))
+    with fastmath.backend(backend):
+        o = np.empty_like(x)
+        assert said(lambda: f(x, out=o)) == want_said
+        y = x.copy()
+        assert said(lambda: f(y, out=y)) == want_said
+    assert not general
+    assert_same(o, want, ulps=ulps)
+    assert_same(y, want, ulps=ulps)
