@@ -785,6 +785,16 @@ def test_calls_into_an_out_array_are_made_in_c_bitwise(dtype, monkeypatch):
         assert y.tobytes() == want.tobytes()
 
 
+def _special(dtype, n):
+    """n elements cycling through +-inf, nan, +-0, the smallest subnormals, the smallest and
+    largest normals and +-1."""
+    info = np.finfo(dtype)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, info.smallest_subnormal,
+                        -info.smallest_subnormal, info.tiny, info.max, -info.max, 1.0, -1.0],
+                       dtype)
+    return np.resize(special, n)
+
+
 @lean_native
 @pytest.mark.parametrize("name", ["exp", "log", "expm1", "sqrt"])
 @pytest.mark.parametrize("n", [10, 10**5])
@@ -792,11 +802,7 @@ def test_calls_into_an_out_array_are_made_in_c_bitwise(dtype, monkeypatch):
 def test_special_values_into_an_out_array_are_numpys(name, n, dtype, monkeypatch):
     # +-inf, nan, +-0, subnormals, the largest and smallest normals: bitwise NumPy's
     # into out= and in place, small (NumPy's call) and large (the runtime's), from C
-    info = np.finfo(dtype)
-    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, info.smallest_subnormal,
-                        -info.smallest_subnormal, info.tiny, info.max, -info.max, 1.0, -1.0],
-                       dtype)
-    x = np.resize(special, n)
+    x = _special(dtype, n)
     f, ref = getattr(fastmath, name), getattr(np, name)
     with fastmath.backend("numpy"), np.errstate(all="ignore"):
         f(x, out=np.empty_like(x))  # (the first call, in Python, looks up what C may do)
@@ -943,11 +949,7 @@ def test_special_values_into_an_out_array_skip_the_general_parse(backend, name, 
     row's bound, and NumPy's FP warnings, small and large."""
     from fastmath.frontends import _pipeline
 
-    info = np.finfo(dtype)
-    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, info.smallest_subnormal,
-                        -info.smallest_subnormal, info.tiny, info.max, -info.max, 1.0, -1.0],
-                       dtype)
-    x = np.resize(special, n)
+    x = _special(dtype, n)
     f, ref = getattr(fastmath, name), getattr(np, name)
     ulps = next(r for r in ROWS if r.name == name).ulp[x.dtype == np.float64]
 
