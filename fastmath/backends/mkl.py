@@ -33,13 +33,7 @@ import sys
 from .._numpy import np
 
 from ..dispatch import _parallel
-from . import UNCHECKED
-from ._flags import LOOK, NOTHING, flags_possible, need
-
-try:
-    from ..dispatch import _runtime
-except ImportError:  # built without a C compiler: the Python pool
-    _runtime = None
+from ._vml import RuntimeVml, address
 
 # mkl_vml_defines.h: high accuracy, errors ignored, FTZ/DAZ as is. Not VML_ERRMODE_NOERR
 # (0x2000): with it, float32 exp of +-inf gave NaN on an Intel Xeon (AVX-512, oneMKL
@@ -54,9 +48,6 @@ MODE = VML_HA | VML_ERRMODE_IGNORE
 # at 10^5 float32 elements took 144 us of CPU on one core of the 2-core AMD EPYC, where
 # two threads finish in about half that.
 PARALLEL_MIN_BYTES = 1 << 19
-# On the runtime, whose threads spin between calls, splitting may pay from this much output
-# (over the row's cost); its pacing decides.
-RUNTIME_MIN_BYTES = 1 << 15
 _PREFIX = {np.dtype(np.float32): "vms", np.dtype(np.float64): "vmd"}
 _NAMES = {"linux": ("libmkl_rt.so.3", "libmkl_rt.so.2", "libmkl_rt.so"),
           "darwin": ("libmkl_rt.2.dylib", "libmkl_rt.dylib"),
@@ -74,6 +65,7 @@ BLOCKTIME = "1"  # ms Intel OpenMP's threads spin after a region (KMP_BLOCKTIME)
 _lib = None
 _why = None
 _set_local_threads = None
+_setter = 0  # its address, for the runtime
 
 
 def library_path():
@@ -102,7 +94,7 @@ def library_path():
 
 def load():
     """The loaded ``libmkl_rt``, or None with the reason kept for ``why_unavailable``."""
-    global _lib, _why, _set_local_threads
+    global _lib, _why, _set_local_threads, _setter
     if _lib is not None or _why is not None:
         return _lib
     path = library_path()
@@ -127,9 +119,7 @@ def load():
         _why = f"{path} could not be used ({e}); oneMKL 2023 or newer is needed"
         return None
     setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
-    _set_local_threads, _lib = setter, lib
-    if _runtime is not None:
-        _runtime.set_mkl_threads_local(ctypes.cast(setter, ctypes.c_void_p).value)
+    _set_local_threads, _setter, _lib = setter, address(setter), lib
     return lib
 
 
@@ -211,38 +201,11 @@ class MklBackend:
                                                              spec.cost)
 
 
-class _Kernel:
-    __slots__ = ("fns", "fpe", "scalar", "min_bytes", "addresses", "pace", "pace_record",
-                 "min_split")
-
-    def done(self, out):
-        """What the front end must do about NumPy's FP errors (see backends/_protocol.py)."""
-        return UNCHECKED if self.fpe and flags_possible(out) else 0
-
-    @property
-    def runtime_pace(self):
-        """The native runtime's pacing record of this kernel's calls (-1: none)."""
-        return self.pace
+class _Kernel(RuntimeVml):
+    __slots__ = ("fns", "scalar", "min_bytes")
 
     def _on_runtime(self, fns, cost):
-        self.addresses = {dt: ctypes.cast(fn, ctypes.c_void_p).value for dt, fn in fns.items()}
-        # the runtime's pacing record, given back with this kernel
-        self.pace_record = _parallel.Pace() if _runtime is not None else None
-        self.pace = self.pace_record.id() if _runtime is not None else -1
-        self.min_split = RUNTIME_MIN_BYTES / cost
-
-    def _on_pool(self, ins, out):
-        """The call on the runtime, what is left to do about FP errors; None where it
-        cannot take it (the Python pool's path then runs)."""
-        if self.pace < 0:
-            return None
-        todo = need(self.fpe)
-        seen = _runtime.vml(self.addresses[out.dtype], ins, out, MODE, self.pace,
-                            int(self.min_split / out.itemsize), _parallel.threads(),
-                            todo == LOOK)
-        if seen is None:
-            return None
-        return 0 if todo == NOTHING or (todo == LOOK and not seen) else UNCHECKED
+        super()._on_runtime({dt: address(fn) for dt, fn in fns.items()}, MODE, _setter, cost)
 
 
 class _Unary(_Kernel):

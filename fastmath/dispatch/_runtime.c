@@ -832,15 +832,34 @@ typedef void (*vml1_fn)(int64_t n, const void *a, void *r, int64_t mode);
 typedef void (*vml2_fn)(int64_t n, const void *a, const void *b, void *r, int64_t mode);
 typedef int (*set_local_fn)(int n); /* MKL_Set_Num_Threads_Local: returns the previous */
 
-static set_local_fn _Atomic mkl_set_local = NULL;
-static _Thread_local int worker_mkl_single = 0;
+/* The libraries (their MKL_Set_Num_Threads_Local) whose VML a pool thread has set to run
+ * on that thread alone, for good: libmkl_rt's, and torch's own copy of MKL, linked into
+ * libtorch_cpu (backends/torch.py). */
+#define SINGLE_MAX 4
+static _Thread_local set_local_fn worker_single[SINGLE_MAX];
 
 typedef struct {
     void *fn;
+    set_local_fn set;
     int nin, check, wide;
     int64_t mode;
     Scan scan;
 } Vml;
+
+static void worker_alone(set_local_fn set)
+{
+    for (int k = 0; k < SINGLE_MAX; k++) {
+        if (worker_single[k] == set) {
+            return;
+        }
+        if (worker_single[k] == NULL) {
+            set(1);
+            worker_single[k] = set;
+            return;
+        }
+    }
+    set(1); /* more libraries than places: set it at every piece */
+}
 
 /* One piece: VML on it, in this thread alone (MKL's own threads would compete with the
  * pool's for the same cores), then, where the caller asks, a look at the piece's output
@@ -849,12 +868,8 @@ typedef struct {
 static void vml_piece(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
     Vml *v = data;
-    if (is_worker && !worker_mkl_single) {
-        set_local_fn set = atomic_load(&mkl_set_local);
-        if (set != NULL) {
-            set(1); /* a pool thread: for good */
-        }
-        worker_mkl_single = 1;
+    if (is_worker && v->set != NULL) {
+        worker_alone(v->set); /* a pool thread: for good */
     }
     if (v->nin == 1) {
         ((vml1_fn)v->fn)(*count, args[0], args[1], v->mode);
@@ -883,22 +898,23 @@ static int contiguous_alike(PyArrayObject **a, int n, int *order)
     return 0;
 }
 
-/* vml(fn, ins, out, mode, pace, min_split, threads, check) -> bool or None */
+/* vml(fn, ins, out, mode, pace, min_split, threads, check, setter=0) -> bool or None */
 static PyObject *py_vml(PyObject *self, PyObject *args)
 {
-    unsigned long long fn;
+    unsigned long long fn, setter = 0;
     PyObject *ins, *oo;
     long long mode;
     int pace, threads, check;
     Py_ssize_t min_split;
-    if (!PyArg_ParseTuple(args, "KO!OLinip", &fn, &PyTuple_Type, &ins, &oo, &mode, &pace,
-                          &min_split, &threads, &check)) {
+    if (!PyArg_ParseTuple(args, "KO!OLinip|K", &fn, &PyTuple_Type, &ins, &oo, &mode, &pace,
+                          &min_split, &threads, &check, &setter)) {
         return NULL;
     }
     int nin = (int)PyTuple_GET_SIZE(ins);
     if (fn == 0 || nin < 1 || nin > 2 || pace < 0 || pace >= atomic_load(&npaces)) {
         PyErr_SetString(PyExc_ValueError, "vml(function address, 1 or 2 inputs, out, mode, "
-                                          "pace from new_pace(), min_split, threads, check)");
+                                          "pace from new_pace(), min_split, threads, check, "
+                                          "setter)");
         return NULL;
     }
     PyArrayObject *arr[3];
@@ -925,8 +941,8 @@ static PyObject *py_vml(PyObject *self, PyObject *args)
     if (!PyArray_ISNOTSWAPPED(out)) {
         Py_RETURN_NONE;
     }
-    Vml v = {.fn = (void *)(uintptr_t)fn, .nin = nin, .check = check, .wide = t == NPY_FLOAT64,
-             .mode = mode};
+    Vml v = {.fn = (void *)(uintptr_t)fn, .set = (set_local_fn)(uintptr_t)setter, .nin = nin,
+             .check = check, .wide = t == NPY_FLOAT64, .mode = mode};
     atomic_init(&v.scan.seen, 0);
     if (n == 0) {
         Py_RETURN_FALSE;
@@ -946,7 +962,7 @@ static PyObject *py_vml(PyObject *self, PyObject *args)
     fenv_t env;
     Py_BEGIN_ALLOW_THREADS
     fegetenv(&env); /* VML's flags (it raises some, in no pattern NumPy's follow) are dropped */
-    set_local_fn set = atomic_load(&mkl_set_local);
+    set_local_fn set = v.set;
     int before = set != NULL ? set(1) : 0; /* the caller's own setting comes back after */
     if (n < min_split || fm_split(paces[pace], &job, threads) == FM_NOT_RUN) {
         intptr_t count = n;
@@ -958,16 +974,6 @@ static PyObject *py_vml(PyObject *self, PyObject *args)
     fesetenv(&env);
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(atomic_load(&v.scan.seen));
-}
-
-static PyObject *py_set_mkl_threads_local(PyObject *self, PyObject *args)
-{
-    unsigned long long fn;
-    if (!PyArg_ParseTuple(args, "K", &fn)) {
-        return NULL;
-    }
-    atomic_store(&mkl_set_local, (set_local_fn)(uintptr_t)fn);
-    Py_RETURN_NONE;
 }
 
 /* Records given back (free_pace) are handed out again, cleared: a program that builds its
@@ -1343,15 +1349,13 @@ static PyMethodDef methods[] = {
      "finite(a) -> whether every element of a is finite (no inf, no NaN), or None where a\n"
      "is not a contiguous float32/float64 array; one read, split over the pool when long"},
     {"vml", py_vml, METH_VARARGS,
-     "vml(fn, ins, out, mode, pace, min_split, threads, check) -> bool, or None where it\n"
-     "cannot take the call: VML's entry point at address fn (vmdExp_64 and the like: one\n"
-     "or two inputs) over contiguous float32/float64 arrays of one order, in VML mode\n"
-     "`mode`, split over the pool from min_split elements as pacing record `pace` says, each\n"
-     "piece in its thread alone; with check, whether the output holds an inf or a NaN\n"
-     "(looked for piece by piece, while in cache)"},
-    {"set_mkl_threads_local", py_set_mkl_threads_local, METH_VARARGS,
-     "set_mkl_threads_local(address of MKL_Set_Num_Threads_Local): VML runs one thread in\n"
-     "each piece"},
+     "vml(fn, ins, out, mode, pace, min_split, threads, check, setter=0) -> bool, or None\n"
+     "where it cannot take the call: VML's entry point at address fn (vmdExp_64 and the\n"
+     "like: one or two inputs) over contiguous float32/float64 arrays of one order, in VML\n"
+     "mode `mode`, split over the pool from min_split elements as pacing record `pace` says;\n"
+     "setter, the address of the same library's MKL_Set_Num_Threads_Local, runs each piece\n"
+     "in its thread alone; with check, whether the output holds an inf or a NaN (looked for\n"
+     "piece by piece, while in cache)"},
     {"new_pace", py_new_pace, METH_NOARGS, "new_pace() -> a new pacing record's number"},
     {"free_pace", py_free_pace, METH_VARARGS,
      "free_pace(number): a record of new_pace()'s no longer used (its owner is gone)"},

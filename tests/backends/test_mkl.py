@@ -185,7 +185,8 @@ def test_on_the_runtime_each_piece_runs_with_mkl_single_threaded():
         address = ctypes.cast(vml, ctypes.c_void_p).value
         for _ in range(20):  # until a pool thread took a piece (one that wakes late may not)
             seen.clear()
-            assert _runtime.vml(address, (x,), out, mkl.MODE, pace, 0, 2, False) is False
+            assert _runtime.vml(address, (x,), out, mkl.MODE, pace, 0, 2, False,
+                                mkl._setter) is False
             if len({s[0] for s in seen}) == 2:
                 break
         assert lib.MKL_Get_Max_Threads() == 3
