@@ -7,6 +7,14 @@ On a CUDA device, NumPy arrays are streamed through it in bounded chunks
 (backends/_stream.py) and results land in the NumPy output; arrays that already live on a
 device (torch tensors, DLPack producers such as CuPy) are computed there (:func:`native`).
 torch is imported the first time this backend is asked whether it is available.
+
+Where torch's own CPU op is a call of VML's (exp, log, erf and others:
+aten/src/ATen/cpu/vml.h; torch links a copy of MKL into ``libtorch_cpu``), the kernel calls
+that same entry point of torch's library, in torch's VML mode, on fastmath's native runtime
+(backends/_vml.py): torch's very bits (checked at the kernel's making, else torch's op runs),
+each piece's output looked at for NumPy's flags while it is in cache, where torch's op on its
+OpenMP threads left a second pass over the whole output to do, on a core its threads still
+spun on (exp of 10^5 float32: 160 us against torch's own 73).
 """
 from __future__ import annotations
 
@@ -19,9 +27,10 @@ from .._numpy import FLOATS as _FLOATS, np
 
 import warnings
 
-from ..dispatch import _config, _fpe, _log, _parallel
+from ..dispatch import _config, _fpe, _log, _parallel, _verify
 from . import UNCHECKED, _stream, _load_once
 from ._flags import flags_possible
+from ._vml import RuntimeVml, address
 
 try:
     from ..dispatch import _runtime
@@ -206,7 +215,7 @@ class TorchBackend:
                 return _Streamed(self.stream_device, fn, spec)
             return None
         if spec.kind in ("unary", "elementwise"):
-            return _Unary(fn, spec.fpe)
+            return _on_vml(fn, spec) or _Unary(fn, spec.fpe)
         if spec.kind == "binary":
             return _Binary(fn, spec.fpe)
         if spec.kind == "logsumexp":
@@ -324,6 +333,71 @@ class _Unary:
         if _spin and out.size > GRAIN:  # its threads shared the call: they spin a while
             _runtime.foreign(_spin)
         return UNCHECKED if self.fpe and flags_possible(out) else 0
+
+
+# torch's VML mode (aten/src/ATen/cpu/vml.h): high accuracy, no flush to zero, errors ignored
+VML_MODE = 0x2 | 0x140000 | 0x100
+_VML_PREFIX = {np.dtype(np.float32): "vms", np.dtype(np.float64): "vmd"}
+_library = None  # libtorch_cpu through ctypes, False where it cannot be had
+
+
+def _torch_cpu_library():
+    global _library
+    if _library is None:
+        try:
+            import ctypes
+
+            path = os.path.join(os.path.dirname(_torch.__file__), "lib", "libtorch_cpu.so")
+            _library = ctypes.CDLL(path)  # loaded already: the same handle
+            _library.MKL_Set_Num_Threads_Local  # noqa: B018 - built with MKL
+        except (OSError, AttributeError):
+            _library = False
+    return _library
+
+
+def _on_vml(fn, spec):
+    """A kernel that calls torch's VML on the native runtime, where ``fn`` (torch's op for
+    ``spec``, a unary function) is that call: bitwise the same results on the row's sample
+    and its special values, in float32 and float64. Else None."""
+    name = spec.kernels.get("mkl")
+    if name is None or spec.kind != "unary" or _runtime is None:
+        return None
+    lib = _torch_cpu_library()
+    try:
+        addresses = {dt: address(getattr(lib, f"{p}{name}_64")) for dt, p in _VML_PREFIX.items()}
+        setter = address(lib.MKL_Set_Num_Threads_Local)
+    except AttributeError:  # not linked in, or no library
+        return None
+    kernel = _VmlUnary(fn, spec.fpe, addresses, setter, spec.cost)
+    return kernel if all(_same_as_torch(kernel, fn, spec, dt) for dt in _VML_PREFIX) else None
+
+
+def _same_as_torch(kernel, fn, spec, dtype) -> bool:
+    with np.errstate(all="ignore"):
+        x = np.concatenate([spec.sample(4096, dtype, np.random.default_rng(0))[0],
+                            _verify.special_values(dtype)])
+        out = np.empty_like(x)
+        if kernel._on_pool((x,), out) is None:
+            return False
+    return out.tobytes() == fn(tensor(x)).numpy().tobytes()
+
+
+class _VmlUnary(RuntimeVml):
+    """torch's op as torch's own VML entry point on the runtime (see the module's notes);
+    torch's op where the runtime declines the call (a layout it does not take)."""
+
+    __slots__ = ("torch_op",)
+
+    def __init__(self, fn, fpe, addresses, setter, cost):
+        self.fpe, self.torch_op = fpe, _Unary(fn, fpe)
+        self._on_runtime(addresses, VML_MODE, setter, cost)
+
+    def __call__(self, x, out):
+        if x.dtype in self.addresses and out.dtype == x.dtype and x.shape == out.shape:
+            status = self._on_pool((x,), out)
+            if status is not None:
+                return status
+        return self.torch_op(x, out)
 
 
 class _Binary:

@@ -334,6 +334,7 @@ def _auto_chain(chain, spec, dtype):
     for i, (name, kernel) in enumerate(chain[:-1]):
         grain = getattr(backends.get(name), "own_threads", None)
         if (grain is not None and spec.kind in ("unary", "binary", "elementwise")
+                and getattr(kernel, "runtime_pace", -1) < 0  # not on the library's threads
                 and _same_bits(kernel, chain[i + 1][1], spec, dtype)):
             out[i] = (name, _parallel.OwnThreads(kernel, grain, chain[i + 1][1]))
     return tuple(out)

@@ -1,0 +1,86 @@
+"""Where torch's CPU op is a call of its VML (exp, log, erf: aten/src/ATen/cpu/vml.h), the
+torch-cpu backend runs that entry point of torch's own library on fastmath's runtime: torch's
+very bits, split over the pool, NumPy's flags read from each piece while it is in cache,
+never from a second pass over the whole output."""
+import numpy as np
+import pytest
+
+import fastmath
+from fastmath import backends
+from fastmath._registry import BY_NAME
+
+pytestmark = pytest.mark.skipif(backends.why_unavailable("torch-cpu") is not None,
+                                reason="torch is not installed")
+_runtime = pytest.importorskip("fastmath.dispatch._runtime")
+
+VML_OPS = ("exp", "log", "erf")
+
+
+def kernel(name):
+    return backends.get("torch-cpu").kernel(BY_NAME[name])
+
+
+def torch_op(name, x):
+    import torch
+
+    fn = torch.special.erf if name == "erf" else getattr(torch, name)
+    return fn(torch.from_numpy(x)).numpy()
+
+
+@pytest.mark.parametrize("name", VML_OPS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torchs_vml_ops_give_torchs_bits_split_over_the_runtime(name, dtype):
+    from fastmath.dispatch import _verify
+
+    if _runtime.threads() < 2:
+        pytest.skip("one thread: nothing splits")
+    k = kernel(name)
+    assert k.runtime_pace >= 0
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-50, 50, 10**6).astype(dtype)
+    special = _verify.special_values(dtype)
+    x[rng.integers(0, x.size, special.size)] = special
+    before = _runtime.set_pacing(False)  # every call split, whatever the machine's load
+    try:
+        joins = _runtime.stats()["joins"]
+        for n in (10**5, 10**6 - 3):
+            out = np.empty(n, dtype)
+            with np.errstate(all="ignore"):
+                k(x[:n], out)
+                assert out.tobytes() == torch_op(name, x[:n]).tobytes(), n
+        y = x[:10**5].copy()  # in place
+        with np.errstate(all="ignore"):
+            k(y, y)
+            assert y.tobytes() == torch_op(name, x[:10**5]).tobytes()
+        assert _runtime.stats()["joins"] > joins  # the pool's threads took pieces
+    finally:
+        _runtime.set_pacing(before)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_no_second_pass_over_the_output_for_numpys_flags(monkeypatch, dtype):
+    """Forced torch-cpu: NumPy's overflow, divide and invalid warnings, at the user's line,
+    with no look at the output after torch's call (backends/_flags.flags_possible)."""
+    from fastmath.backends import _flags, _vml, torch as backend
+    from fastmath.dispatch import _verify
+
+    def no_pass(out):
+        raise AssertionError("a second pass over the whole output")
+    for module in (_flags, _vml, backend):
+        monkeypatch.setattr(module, "flags_possible", no_pass)
+    x = np.linspace(0.5, 2, 10**5, dtype=dtype)
+    with fastmath.backend("torch-cpu"):
+        for name in VML_OPS:
+            spec = BY_NAME[name]
+            with np.errstate(all="raise"):  # nothing raised where NumPy raises nothing
+                got = getattr(fastmath, name)(x)
+            # within the row's stated bound (tests/frontends/test_parity.py measures it)
+            np.testing.assert_array_max_ulp(got, spec.reference()(x),
+                                            _verify.bound(spec, dtype))
+        for name, bad, message in (("exp", 1000.0, "overflow"), ("log", 0.0, "divide by zero"),
+                                   ("log", -1.0, "invalid value")):
+            y = x.copy()
+            y[77_777] = bad
+            with pytest.warns(RuntimeWarning, match=message) as caught:
+                getattr(fastmath, name)(y)
+            assert caught[0].filename == __file__
