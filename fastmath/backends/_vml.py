@@ -1,6 +1,7 @@
 """VML's entry points run on fastmath's native runtime: shared by the mkl backend (oneMKL's
 ``libmkl_rt``) and the torch-cpu backend (the copy of MKL linked into ``libtorch_cpu``, whose
-VML torch's own exp, log and erf call).
+VML torch's own exp, log and erf call; and SLEEF's vector functions, which torch's own
+log1p and expm1 loops call: ``bits``, the width of their one register argument).
 
 A kernel holds the entry points' addresses by dtype, the VML mode, and the address of the
 same library's ``MKL_Set_Num_Threads_Local``: each piece runs in its thread alone (MKL's own
@@ -34,7 +35,8 @@ def address(fn) -> int:
 class RuntimeVml:
     """The runtime's part of a VML kernel; ``_on_runtime`` sets it up."""
 
-    __slots__ = ("fpe", "addresses", "mode", "setter", "pace", "pace_record", "min_split")
+    __slots__ = ("fpe", "addresses", "mode", "setter", "bits", "pace", "pace_record",
+                 "min_split")
 
     def done(self, out):
         """What the front end must do about NumPy's FP errors (see backends/_protocol.py)."""
@@ -45,10 +47,11 @@ class RuntimeVml:
         """The native runtime's pacing record of this kernel's calls (-1: none)."""
         return self.pace
 
-    def _on_runtime(self, addresses, mode, setter, cost):
+    def _on_runtime(self, addresses, mode, setter, cost, bits=0):
         """``addresses``: dtype -> VML entry point; ``setter``: the library's
-        MKL_Set_Num_Threads_Local (address)."""
-        self.addresses, self.mode, self.setter = addresses, mode, setter
+        MKL_Set_Num_Threads_Local (address). With ``bits`` (512 or 256), ``addresses`` are
+        vector functions instead (the runtime's ``vector``), and mode and setter unused."""
+        self.addresses, self.mode, self.setter, self.bits = addresses, mode, setter, bits
         # the runtime's pacing record, given back with this kernel
         self.pace_record = _parallel.Pace() if _runtime is not None else None
         self.pace = self.pace_record.id() if _runtime is not None else -1
@@ -60,9 +63,13 @@ class RuntimeVml:
         if self.pace < 0:
             return None
         todo = need(self.fpe)
-        seen = _runtime.vml(self.addresses[out.dtype], ins, out, self.mode, self.pace,
-                            int(self.min_split / out.itemsize), _parallel.threads(),
-                            todo == LOOK, self.setter)
+        fn, min_split = self.addresses[out.dtype], int(self.min_split / out.itemsize)
+        if self.bits:
+            seen = _runtime.vector(fn, self.bits, ins[0], out, self.pace, min_split,
+                                   _parallel.threads(), todo == LOOK)
+        else:
+            seen = _runtime.vml(fn, ins, out, self.mode, self.pace, min_split,
+                                _parallel.threads(), todo == LOOK, self.setter)
         if seen is None:
             return None
         return 0 if todo == NOTHING or (todo == LOOK and not seen) else UNCHECKED

@@ -215,7 +215,7 @@ class TorchBackend:
                 return _Streamed(self.stream_device, fn, spec)
             return None
         if spec.kind in ("unary", "elementwise"):
-            return _on_vml(fn, spec) or _Unary(fn, spec.fpe)
+            return _on_vml(fn, spec) or _on_vector(fn, spec) or _Unary(fn, spec.fpe)
         if spec.kind == "binary":
             return _Binary(fn, spec.fpe)
         if spec.kind == "logsumexp":
@@ -368,8 +368,34 @@ def _on_vml(fn, spec):
         setter = address(lib.MKL_Set_Num_Threads_Local)
     except AttributeError:  # not linked in, or no library
         return None
-    kernel = _VmlUnary(fn, spec.fpe, addresses, setter, spec.cost)
+    kernel = _RuntimeUnary(fn, spec.fpe, spec.cost, addresses, VML_MODE, setter)
     return kernel if all(_same_as_torch(kernel, fn, spec, dt) for dt in _VML_PREFIX) else None
+
+
+# SLEEF's vector functions in libtorch_cpu, which torch's own loops call on this CPU: the
+# widest register first (its AVX-512 build's, then its AVX2 build's)
+_VECTOR_NAMES = ((512, {np.dtype(np.float32): "f16", np.dtype(np.float64): "d8"}, "avx512f"),
+                 (256, {np.dtype(np.float32): "f8", np.dtype(np.float64): "d4"}, "avx2"))
+
+
+def _on_vector(fn, spec):
+    """A kernel that calls SLEEF's vector function on the native runtime where torch's
+    op for ``spec`` (a unary function) gives that function's bits (log1p, expm1: torch's
+    vectorized loops over SLEEF), checked as :func:`_on_vml` does. Else None."""
+    if spec.kind != "unary" or _runtime is None:
+        return None
+    lib = _torch_cpu_library()
+    name = spec.kernels["torch"].rpartition(".")[2]
+    for bits, lanes, isa in _VECTOR_NAMES:
+        try:
+            addresses = {dt: address(getattr(lib, f"Sleef_{name}{w}_u10{isa}"))
+                         for dt, w in lanes.items()}
+        except AttributeError:
+            continue
+        kernel = _RuntimeUnary(fn, spec.fpe, spec.cost, addresses, bits=bits)
+        if all(_same_as_torch(kernel, fn, spec, dt) for dt in lanes):
+            return kernel
+    return None
 
 
 def _same_as_torch(kernel, fn, spec, dtype) -> bool:
@@ -382,15 +408,16 @@ def _same_as_torch(kernel, fn, spec, dtype) -> bool:
     return out.tobytes() == fn(tensor(x)).numpy().tobytes()
 
 
-class _VmlUnary(RuntimeVml):
-    """torch's op as torch's own VML entry point on the runtime (see the module's notes);
-    torch's op where the runtime declines the call (a layout it does not take)."""
+class _RuntimeUnary(RuntimeVml):
+    """torch's op as the entry point torch's own loop calls (its VML's, or SLEEF's vector
+    function: ``bits``), on the runtime (see the module's notes); torch's op where the
+    runtime declines the call (a layout it does not take)."""
 
     __slots__ = ("torch_op",)
 
-    def __init__(self, fn, fpe, addresses, setter, cost):
+    def __init__(self, fn, fpe, cost, addresses, mode=0, setter=0, bits=0):
         self.fpe, self.torch_op = fpe, _Unary(fn, fpe)
-        self._on_runtime(addresses, VML_MODE, setter, cost)
+        self._on_runtime(addresses, mode, setter, cost, bits)
 
     def __call__(self, x, out):
         if x.dtype in self.addresses and out.dtype == x.dtype and x.shape == out.shape:

@@ -842,9 +842,104 @@ typedef struct {
     void *fn;
     set_local_fn set;
     int nin, check, wide;
+    int bits; /* 0: VML's entry point; 512 or 256: a vector function (see vector()) */
     int64_t mode;
     Scan scan;
 } Vml;
+
+/* ---- vector functions: SLEEF's, which torch's own loops call (backends/torch.py) ---- */
+
+/* A function of one SIMD register of floats (Sleef_log1pf16_u10avx512f and the like) over a
+ * piece: whole registers, then the tail through one register of zeros (as torch's loops
+ * do), for the very bits torch's loop gives every element. Returns whether a result was
+ * an inf or a NaN, with `check` (the scan's test on each register as it is made: no pass
+ * over the output). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define VECTOR_LOOP(NAME, TARGET, T, U, VEC, IVEC, LOAD, STORE, CAST, SET1, AND, ADD, OR,    \
+                    ISTORE, MAG, STEP)                                                      \
+    __attribute__((target(TARGET))) static int NAME(void *fn, const char *a, char *r,     \
+                                                     intptr_t n, int check)              \
+    {                                                                                    \
+        VEC (*f)(VEC) = (VEC(*)(VEC))fn;                                                \
+        enum { L = sizeof(VEC) / sizeof(T) };                                           \
+        const T *x = (const T *)a;                                                      \
+        T *o = (T *)r;                                                                  \
+        const IVEC mag = SET1(MAG), step = SET1(STEP);                                  \
+        IVEC acc = SET1(0);                                                             \
+        intptr_t i = 0;                                                                 \
+        for (; i + L <= n; i += L) {                                                    \
+            VEC y = f(LOAD(x + i));                                                     \
+            STORE(o + i, y);                                                            \
+            if (check) {                                                                \
+                acc = OR(acc, ADD(AND(CAST(y), mag), step));                            \
+            }                                                                           \
+        }                                                                               \
+        U lanes[L];                                                                     \
+        ISTORE((void *)lanes, acc);                                                     \
+        U seen = 0;                                                                     \
+        for (int k = 0; k < L; k++) {                                                   \
+            seen |= lanes[k];                                                           \
+        }                                                                               \
+        if (i < n) {                                                                    \
+            T buf[L] = {0};                                                             \
+            memcpy(buf, x + i, (size_t)(n - i) * sizeof(T));                            \
+            STORE(buf, f(LOAD(buf)));                                                   \
+            memcpy(o + i, buf, (size_t)(n - i) * sizeof(T));                            \
+            for (intptr_t k = 0; check && k < n - i; k++) {                             \
+                U b;                                                                    \
+                memcpy(&b, &buf[k], sizeof b);                                          \
+                seen |= (b & (U)MAG) + (U)STEP;                                         \
+            }                                                                           \
+        }                                                                               \
+        return check && (seen >> (8 * sizeof(U) - 1));                                  \
+    }
+#define ISTORE256(p, v) _mm256_storeu_si256((__m256i *)(p), (v))
+#define SET1_64x4(x) _mm256_set1_epi64x((long long)(x))
+#define M32 0x7fffffffu
+#define S32 0x00800000u
+#define M64 0x7fffffffffffffffULL
+#define S64 0x0010000000000000ULL
+VECTOR_LOOP(vec512f, "avx512f", float, uint32_t, __m512, __m512i, _mm512_loadu_ps,
+            _mm512_storeu_ps, _mm512_castps_si512, _mm512_set1_epi32, _mm512_and_si512,
+            _mm512_add_epi32, _mm512_or_si512, _mm512_storeu_si512, M32, S32)
+VECTOR_LOOP(vec512d, "avx512f", double, uint64_t, __m512d, __m512i, _mm512_loadu_pd,
+            _mm512_storeu_pd, _mm512_castpd_si512, _mm512_set1_epi64, _mm512_and_si512,
+            _mm512_add_epi64, _mm512_or_si512, _mm512_storeu_si512, M64, S64)
+VECTOR_LOOP(vec256f, "avx2,fma", float, uint32_t, __m256, __m256i, _mm256_loadu_ps,
+            _mm256_storeu_ps, _mm256_castps_si256, _mm256_set1_epi32, _mm256_and_si256,
+            _mm256_add_epi32, _mm256_or_si256, ISTORE256, M32, S32)
+VECTOR_LOOP(vec256d, "avx2,fma", double, uint64_t, __m256d, __m256i, _mm256_loadu_pd,
+            _mm256_storeu_pd, _mm256_castpd_si256, SET1_64x4, _mm256_and_si256,
+            _mm256_add_epi64, _mm256_or_si256, ISTORE256, M64, S64)
+
+static int vector_supported(int bits)
+{
+    __builtin_cpu_init();
+    return bits == 512 ? __builtin_cpu_supports("avx512f")
+         : bits == 256 ? __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") : 0;
+}
+
+static int vector_piece(const Vml *v, char **args, intptr_t n, int check)
+{
+    if (v->bits == 512) {
+        return (v->wide ? vec512d : vec512f)(v->fn, args[0], args[1], n, check);
+    }
+    return (v->wide ? vec256d : vec256f)(v->fn, args[0], args[1], n, check);
+}
+#else
+static int vector_supported(int bits)
+{
+    (void)bits;
+    return 0;
+}
+
+static int vector_piece(const Vml *v, char **args, intptr_t n, int check)
+{
+    (void)v, (void)args, (void)n, (void)check;
+    return 0;
+}
+#endif
 
 static void worker_alone(set_local_fn set)
 {
@@ -863,13 +958,21 @@ static void worker_alone(set_local_fn set)
 
 /* One piece: VML on it, in this thread alone (MKL's own threads would compete with the
  * pool's for the same cores), then, where the caller asks, a look at the piece's output
- * while it is in cache: VML keeps no FP flags, and only an inf or a NaN in the output can
- * show that NumPy would have raised one (backends/_flags.py). */
+ * while it is in cache (CHECK_PIECE): VML keeps no FP flags, and only an inf or a NaN in the
+ * output can show that NumPy would have raised one (backends/_flags.py). A vector
+ * function's registers are looked at as they are made. */
 static void vml_piece(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
     Vml *v = data;
     if (is_worker && v->set != NULL) {
         worker_alone(v->set); /* a pool thread: for good */
+    }
+    int check = v->check && !atomic_load_explicit(&v->scan.seen, memory_order_relaxed);
+    if (v->bits) {
+        if (vector_piece(v, args, *count, check)) {
+            atomic_store_explicit(&v->scan.seen, 1, memory_order_relaxed);
+        }
+        return;
     }
     if (v->nin == 1) {
         ((vml1_fn)v->fn)(*count, args[0], args[1], v->mode);
@@ -877,7 +980,7 @@ static void vml_piece(char **args, intptr_t const *count, intptr_t const *steps,
     else {
         ((vml2_fn)v->fn)(*count, args[0], args[1], args[2], v->mode);
     }
-    if (v->check && !atomic_load_explicit(&v->scan.seen, memory_order_relaxed)) {
+    if (check) {
         (v->wide ? scan64 : scan32)(&args[v->nin], count, &steps[v->nin], &v->scan);
     }
 }
@@ -898,25 +1001,17 @@ static int contiguous_alike(PyArrayObject **a, int n, int *order)
     return 0;
 }
 
-/* vml(fn, ins, out, mode, pace, min_split, threads, check, setter=0) -> bool or None */
-static PyObject *py_vml(PyObject *self, PyObject *args)
+/* Elements a piece whose output is looked at takes at most: its output (128 or 256 KB) is
+ * still in the core's L2 cache then. Without the cap, a piece of a 10^7-element call was
+ * 1.25 million elements, and the look read 5-10 MB back: forced torch-cpu exp of 10^7
+ * float64 (torch's VML) took 1.22x raw torch's time, 1.06x with it (2-core AMD EPYC). */
+#define CHECK_PIECE 32768
+
+/* v's function over its arrays (ins, then out) in pieces; see vml() and vector(). */
+static PyObject *vml_pieces(Vml *v, PyObject *ins, PyObject *oo, int pace,
+                            Py_ssize_t min_split, int threads)
 {
-    unsigned long long fn, setter = 0;
-    PyObject *ins, *oo;
-    long long mode;
-    int pace, threads, check;
-    Py_ssize_t min_split;
-    if (!PyArg_ParseTuple(args, "KO!OLinip|K", &fn, &PyTuple_Type, &ins, &oo, &mode, &pace,
-                          &min_split, &threads, &check, &setter)) {
-        return NULL;
-    }
-    int nin = (int)PyTuple_GET_SIZE(ins);
-    if (fn == 0 || nin < 1 || nin > 2 || pace < 0 || pace >= atomic_load(&npaces)) {
-        PyErr_SetString(PyExc_ValueError, "vml(function address, 1 or 2 inputs, out, mode, "
-                                          "pace from new_pace(), min_split, threads, check, "
-                                          "setter)");
-        return NULL;
-    }
+    int nin = v->nin;
     PyArrayObject *arr[3];
     for (int k = 0; k <= nin; k++) {
         PyObject *o = k < nin ? PyTuple_GET_ITEM(ins, k) : oo;
@@ -941,15 +1036,14 @@ static PyObject *py_vml(PyObject *self, PyObject *args)
     if (!PyArray_ISNOTSWAPPED(out)) {
         Py_RETURN_NONE;
     }
-    Vml v = {.fn = (void *)(uintptr_t)fn, .set = (set_local_fn)(uintptr_t)setter, .nin = nin,
-             .check = check, .wide = t == NPY_FLOAT64, .mode = mode};
-    atomic_init(&v.scan.seen, 0);
+    v->wide = t == NPY_FLOAT64;
+    atomic_init(&v->scan.seen, 0);
     if (n == 0) {
         Py_RETURN_FALSE;
     }
     fm_job job;
     job.loop = vml_piece;
-    job.data = &v;
+    job.data = v;
     job.nargs = nin + 1;
     for (int k = 0; k <= nin; k++) {
         job.args[k] = PyArray_BYTES(arr[k]);
@@ -958,22 +1052,84 @@ static PyObject *py_vml(PyObject *self, PyObject *args)
     job.n = n;
     threads = within(threads);
     job.piece = n / (4 * threads) > 1024 ? n / (4 * threads) : 1024;
+    if (v->check && job.piece > CHECK_PIECE) {
+        job.piece = CHECK_PIECE;
+    }
     job.timed = 0;
     fenv_t env;
     Py_BEGIN_ALLOW_THREADS
-    fegetenv(&env); /* VML's flags (it raises some, in no pattern NumPy's follow) are dropped */
-    set_local_fn set = v.set;
+    fegetenv(&env); /* the kernel's flags (VML raises some, in no pattern NumPy's follow) are
+                     * dropped: the output shows what NumPy would raise */
+    set_local_fn set = v->set;
     int before = set != NULL ? set(1) : 0; /* the caller's own setting comes back after */
     if (n < min_split || fm_split(paces[pace], &job, threads) == FM_NOT_RUN) {
         intptr_t count = n;
-        vml_piece(job.args, &count, job.steps, &v);
+        vml_piece(job.args, &count, job.steps, v);
     }
     if (set != NULL) {
         set(before);
     }
     fesetenv(&env);
     Py_END_ALLOW_THREADS
-    return PyBool_FromLong(atomic_load(&v.scan.seen));
+    return PyBool_FromLong(atomic_load(&v->scan.seen));
+}
+
+static int pace_ok(int pace)
+{
+    return pace >= 0 && pace < atomic_load(&npaces);
+}
+
+/* vml(fn, ins, out, mode, pace, min_split, threads, check, setter=0) -> bool or None */
+static PyObject *py_vml(PyObject *self, PyObject *args)
+{
+    unsigned long long fn, setter = 0;
+    PyObject *ins, *oo;
+    long long mode;
+    int pace, threads, check;
+    Py_ssize_t min_split;
+    if (!PyArg_ParseTuple(args, "KO!OLinip|K", &fn, &PyTuple_Type, &ins, &oo, &mode, &pace,
+                          &min_split, &threads, &check, &setter)) {
+        return NULL;
+    }
+    int nin = (int)PyTuple_GET_SIZE(ins);
+    if (fn == 0 || nin < 1 || nin > 2 || !pace_ok(pace)) {
+        PyErr_SetString(PyExc_ValueError, "vml(function address, 1 or 2 inputs, out, mode, "
+                                          "pace from new_pace(), min_split, threads, check, "
+                                          "setter)");
+        return NULL;
+    }
+    Vml v = {.fn = (void *)(uintptr_t)fn, .set = (set_local_fn)(uintptr_t)setter, .nin = nin,
+             .check = check, .mode = mode};
+    return vml_pieces(&v, ins, oo, pace, min_split, threads);
+}
+
+/* vector(fn, bits, x, out, pace, min_split, threads, check) -> bool or None */
+static PyObject *py_vector(PyObject *self, PyObject *args)
+{
+    unsigned long long fn;
+    PyObject *x, *oo;
+    int bits, pace, threads, check;
+    Py_ssize_t min_split;
+    if (!PyArg_ParseTuple(args, "KiOOinip", &fn, &bits, &x, &oo, &pace, &min_split, &threads,
+                          &check)) {
+        return NULL;
+    }
+    if (fn == 0 || (bits != 512 && bits != 256) || !pace_ok(pace)) {
+        PyErr_SetString(PyExc_ValueError, "vector(function address, bits: 512 or 256, x, out, "
+                                          "pace from new_pace(), min_split, threads, check)");
+        return NULL;
+    }
+    if (!vector_supported(bits)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *ins = PyTuple_Pack(1, x);
+    if (ins == NULL) {
+        return NULL;
+    }
+    Vml v = {.fn = (void *)(uintptr_t)fn, .nin = 1, .check = check, .bits = bits};
+    PyObject *r = vml_pieces(&v, ins, oo, pace, min_split, threads);
+    Py_DECREF(ins);
+    return r;
 }
 
 /* Records given back (free_pace) are handed out again, cleared: a program that builds its
@@ -1356,6 +1512,12 @@ static PyMethodDef methods[] = {
      "setter, the address of the same library's MKL_Set_Num_Threads_Local, runs each piece\n"
      "in its thread alone; with check, whether the output holds an inf or a NaN (looked for\n"
      "piece by piece, while in cache)"},
+    {"vector", py_vector, METH_VARARGS,
+     "vector(fn, bits, x, out, pace, min_split, threads, check) -> bool, or None where it\n"
+     "cannot take the call (this CPU lacks the instructions, or a layout vml() declines):\n"
+     "the function at address fn of one SIMD register of `bits` (512: AVX-512, 256: AVX2;\n"
+     "SLEEF's Sleef_log1pf16_u10avx512f and the like) over x into out, as vml() runs VML's;\n"
+     "the tail through one register of zeros"},
     {"new_pace", py_new_pace, METH_NOARGS, "new_pace() -> a new pacing record's number"},
     {"free_pace", py_free_pace, METH_VARARGS,
      "free_pace(number): a record of new_pace()'s no longer used (its owner is gone)"},

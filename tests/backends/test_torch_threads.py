@@ -44,10 +44,10 @@ def state(t):
 x = np.linspace(0, 3, 10**5)
 before = tids()
 with fastmath.backend("torch-cpu"):
-    fastmath.log1p(x)  # torch's own loop, on its OpenMP threads
+    fastmath.exp2(x)  # torch's own loop, on its OpenMP threads
     workers = sorted(tids() - before)
     for _ in range(50):
-        fastmath.log1p(x)
+        fastmath.exp2(x)
 deadline = time.monotonic() + float(os.environ["WAIT"])
 while any(state(t) == "R" for t in workers) and time.monotonic() < deadline:
     time.sleep(0.01)
@@ -110,8 +110,9 @@ def test_the_spin_is_read_from_the_settings_as_gnu_openmp_reads_them(count, poli
 def test_a_call_torchs_threads_shared_announces_their_spin_to_the_runtime(monkeypatch):
     """After a call torch's threads took part in, they spin a while: the native runtime is
     told (foreign()), and does not judge a split begun meanwhile (its loss says nothing of
-    its kernel: dispatch/_runtime.c); auto's learning does not count such a call. log1p:
-    torch's own loop on its threads (exp is its VML's, run on fastmath's runtime)."""
+    its kernel: dispatch/_runtime.c); auto's learning does not count such a call. exp2:
+    torch's own loop on its threads (exp's is its VML's, log1p's SLEEF's, both run on
+    fastmath's runtime)."""
     import time
 
     from fastmath.backends import torch as backend
@@ -119,7 +120,7 @@ def test_a_call_torchs_threads_shared_announces_their_spin_to_the_runtime(monkey
     from helpers import FakeClock
 
     with fastmath.backend("torch-cpu"):
-        fastmath.log1p(np.ones(10**5))  # torch loaded, its spin set from its settings
+        fastmath.exp2(np.ones(10**5))  # torch loaded, its spin set from its settings
     monkeypatch.setattr(backend, "_spin", 0.5)
     wall = FakeClock()  # the runtime's clocks, moved by the test alone
     _runtime._set_clock(wall, FakeClock())
@@ -127,9 +128,9 @@ def test_a_call_torchs_threads_shared_announces_their_spin_to_the_runtime(monkey
         # past any spin announced on the real clock (CLOCK_MONOTONIC, as the runtime's)
         wall.advance(time.monotonic() + 10.0)
         with fastmath.backend("torch-cpu"):
-            fastmath.log1p(np.ones(backend.GRAIN))  # too small for its threads: nothing said
+            fastmath.exp2(np.ones(backend.GRAIN))  # too small for its threads: nothing said
             assert _runtime.foreign_left() == 0.0
-            fastmath.log1p(np.ones(10**5))
+            fastmath.exp2(np.ones(10**5))
             assert _runtime.foreign_left() == pytest.approx(0.5)
     finally:
         _runtime._set_clock(None, None)

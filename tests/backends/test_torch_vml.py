@@ -1,7 +1,8 @@
-"""Where torch's CPU op is a call of its VML (exp, log, erf: aten/src/ATen/cpu/vml.h), the
-torch-cpu backend runs that entry point of torch's own library on fastmath's runtime: torch's
-very bits, split over the pool, NumPy's flags read from each piece while it is in cache,
-never from a second pass over the whole output."""
+"""Where torch's CPU op is a call of its VML (exp, log, erf: aten/src/ATen/cpu/vml.h) or a loop
+over one of SLEEF's vector functions (log1p, expm1), the torch-cpu backend runs that entry
+point of torch's own library on fastmath's runtime: torch's very bits, split over the pool,
+NumPy's flags read from each piece while it is in cache, never from a second pass over the
+whole output."""
 import numpy as np
 import pytest
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.skipif(backends.why_unavailable("torch-cpu") is not Non
                                 reason="torch is not installed")
 _runtime = pytest.importorskip("fastmath.dispatch._runtime")
 
-VML_OPS = ("exp", "log", "erf")
+RUNTIME_OPS = ("exp", "log", "erf", "log1p", "expm1")
 
 
 def kernel(name):
@@ -27,9 +28,9 @@ def torch_op(name, x):
     return fn(torch.from_numpy(x)).numpy()
 
 
-@pytest.mark.parametrize("name", VML_OPS)
+@pytest.mark.parametrize("name", RUNTIME_OPS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_torchs_vml_ops_give_torchs_bits_split_over_the_runtime(name, dtype):
+def test_torchs_ops_give_torchs_bits_split_over_the_runtime(name, dtype):
     from fastmath.dispatch import _verify
 
     if _runtime.threads() < 2:
@@ -43,7 +44,7 @@ def test_torchs_vml_ops_give_torchs_bits_split_over_the_runtime(name, dtype):
     before = _runtime.set_pacing(False)  # every call split, whatever the machine's load
     try:
         joins = _runtime.stats()["joins"]
-        for n in (10**5, 10**6 - 3):
+        for n in (1, 17, 10**5, 10**6 - 3):  # with a tail shorter than a register
             out = np.empty(n, dtype)
             with np.errstate(all="ignore"):
                 k(x[:n], out)
@@ -70,7 +71,7 @@ def test_no_second_pass_over_the_output_for_numpys_flags(monkeypatch, dtype):
         monkeypatch.setattr(module, "flags_possible", no_pass)
     x = np.linspace(0.5, 2, 10**5, dtype=dtype)
     with fastmath.backend("torch-cpu"):
-        for name in VML_OPS:
+        for name in RUNTIME_OPS:
             spec = BY_NAME[name]
             with np.errstate(all="raise"):  # nothing raised where NumPy raises nothing
                 got = getattr(fastmath, name)(x)
@@ -78,7 +79,9 @@ def test_no_second_pass_over_the_output_for_numpys_flags(monkeypatch, dtype):
             np.testing.assert_array_max_ulp(got, spec.reference()(x),
                                             _verify.bound(spec, dtype))
         for name, bad, message in (("exp", 1000.0, "overflow"), ("log", 0.0, "divide by zero"),
-                                   ("log", -1.0, "invalid value")):
+                                   ("log", -1.0, "invalid value"), ("expm1", 1000.0, "overflow"),
+                                   ("log1p", -1.0, "divide by zero"),
+                                   ("log1p", -2.0, "invalid value")):
             y = x.copy()
             y[77_777] = bad
             with pytest.warns(RuntimeWarning, match=message) as caught:
