@@ -215,7 +215,7 @@ class TorchBackend:
                 return _Streamed(self.stream_device, fn, spec)
             return None
         if spec.kind in ("unary", "elementwise"):
-            return _on_vml(fn, spec) or _on_vector(fn, spec) or _Unary(fn, spec.fpe)
+            return _on_runtime(fn, spec) or _Unary(fn, spec.fpe)
         if spec.kind == "binary":
             return _Binary(fn, spec.fpe)
         if spec.kind == "logsumexp":
@@ -355,47 +355,54 @@ def _torch_cpu_library():
     return _library
 
 
-def _on_vml(fn, spec):
-    """A kernel that calls torch's VML on the native runtime, where ``fn`` (torch's op for
-    ``spec``, a unary function) is that call: bitwise the same results on the row's sample
-    and its special values, in float32 and float64. Else None."""
-    name = spec.kernels.get("mkl")
-    if name is None or spec.kind != "unary" or _runtime is None:
+def _on_runtime(fn, spec):
+    """A kernel that runs the entry point torch's own op for ``spec`` (``fn``, unary)
+    calls, on the native runtime: its VML's, else SLEEF's vector function. Else None.
+    Which one (if any) is decided once per function: see :func:`_route`."""
+    if spec.kind != "unary" or _runtime is None:
         return None
+    route = _routes.get(spec.name, False)
+    if route is False:
+        route = _routes[spec.name] = _route(fn, spec)
+    return None if route is None else _RuntimeUnary(fn, spec.fpe, spec.cost, *route)
+
+
+_routes: dict = {}  # function name -> _route's answer
+
+
+def _route(fn, spec):
+    """``(addresses, mode, setter, bits)`` of the entry point whose bits ``fn`` gives on
+    the row's sample and its special values, in float32 and float64: torch's VML where
+    it has the row's VML name (in torch's VML mode, with its MKL's thread setter), else
+    SLEEF's vector function of torch's name, widest register first; None for neither."""
     lib = _torch_cpu_library()
-    try:
-        addresses = {dt: address(getattr(lib, f"{p}{name}_64")) for dt, p in _VML_PREFIX.items()}
-        setter = address(lib.MKL_Set_Num_Threads_Local)
-    except AttributeError:  # not linked in, or no library
-        return None
-    kernel = _RuntimeUnary(fn, spec.fpe, spec.cost, addresses, VML_MODE, setter)
-    return kernel if all(_same_as_torch(kernel, fn, spec, dt) for dt in _VML_PREFIX) else None
+    candidates = []
+    name = spec.kernels.get("mkl")
+    if name is not None:
+        try:
+            candidates.append(({dt: address(getattr(lib, f"{p}{name}_64"))
+                                for dt, p in _VML_PREFIX.items()},
+                               VML_MODE, address(lib.MKL_Set_Num_Threads_Local), 0))
+        except AttributeError:  # not linked in, or no library
+            pass
+    name = spec.kernels["torch"].rpartition(".")[2]
+    for bits, lanes, isa in _VECTOR_NAMES:
+        try:
+            candidates.append(({dt: address(getattr(lib, f"Sleef_{name}{w}_u10{isa}"))
+                                for dt, w in lanes.items()}, 0, 0, bits))
+        except AttributeError:
+            pass
+    for route in candidates:
+        kernel = _RuntimeUnary(fn, spec.fpe, spec.cost, *route)
+        if all(_same_as_torch(kernel, fn, spec, dt) for dt in _VML_PREFIX):
+            return route
+    return None
 
 
 # SLEEF's vector functions in libtorch_cpu, which torch's own loops call on this CPU: the
 # widest register first (its AVX-512 build's, then its AVX2 build's)
 _VECTOR_NAMES = ((512, {np.dtype(np.float32): "f16", np.dtype(np.float64): "d8"}, "avx512f"),
                  (256, {np.dtype(np.float32): "f8", np.dtype(np.float64): "d4"}, "avx2"))
-
-
-def _on_vector(fn, spec):
-    """A kernel that calls SLEEF's vector function on the native runtime where torch's
-    op for ``spec`` (a unary function) gives that function's bits (log1p, expm1: torch's
-    vectorized loops over SLEEF), checked as :func:`_on_vml` does. Else None."""
-    if spec.kind != "unary" or _runtime is None:
-        return None
-    lib = _torch_cpu_library()
-    name = spec.kernels["torch"].rpartition(".")[2]
-    for bits, lanes, isa in _VECTOR_NAMES:
-        try:
-            addresses = {dt: address(getattr(lib, f"Sleef_{name}{w}_u10{isa}"))
-                         for dt, w in lanes.items()}
-        except AttributeError:
-            continue
-        kernel = _RuntimeUnary(fn, spec.fpe, spec.cost, addresses, bits=bits)
-        if all(_same_as_torch(kernel, fn, spec, dt) for dt in lanes):
-            return kernel
-    return None
 
 
 def _same_as_torch(kernel, fn, spec, dtype) -> bool:
