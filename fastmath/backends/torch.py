@@ -9,12 +9,13 @@ device (torch tensors, DLPack producers such as CuPy) are computed there (:func:
 torch is imported the first time this backend is asked whether it is available.
 
 Where torch's own CPU op is a call of VML's (exp, log, erf and others:
-aten/src/ATen/cpu/vml.h; torch links a copy of MKL into ``libtorch_cpu``), the kernel calls
-that same entry point of torch's library, in torch's VML mode, on fastmath's native runtime
-(backends/_vml.py): torch's very bits (checked at the kernel's making, else torch's op runs),
-each piece's output looked at for NumPy's flags while it is in cache, where torch's op on its
-OpenMP threads left a second pass over the whole output to do, on a core its threads still
-spun on (exp of 10^5 float32: 160 us against torch's own 73).
+aten/src/ATen/cpu/vml.h; torch links a copy of MKL into ``libtorch_cpu``) or a loop over one
+of SLEEF's vector functions (log1p, expm1; also in ``libtorch_cpu``), the kernel calls that
+same entry point of torch's library (in torch's VML mode) on fastmath's native runtime
+(backends/_vml.py): torch's very bits (checked once per function, else torch's op runs),
+NumPy's flags read from each piece while it is in cache, where torch's op on its OpenMP
+threads left a second pass over the whole output to do, on a core its threads still spun
+on (exp of 10^5 float32: 160 us against torch's own 73).
 """
 from __future__ import annotations
 
