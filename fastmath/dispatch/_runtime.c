@@ -900,18 +900,21 @@ typedef struct {
 #define S32 0x00800000u
 #define M64 0x7fffffffffffffffULL
 #define S64 0x0010000000000000ULL
-VECTOR_LOOP(vec512f, "avx512f", float, uint32_t, __m512, __m512i, _mm512_loadu_ps,
-            _mm512_storeu_ps, _mm512_castps_si512, _mm512_set1_epi32, _mm512_and_si512,
-            _mm512_add_epi32, _mm512_or_si512, _mm512_storeu_si512, M32, S32)
-VECTOR_LOOP(vec512d, "avx512f", double, uint64_t, __m512d, __m512i, _mm512_loadu_pd,
-            _mm512_storeu_pd, _mm512_castpd_si512, _mm512_set1_epi64, _mm512_and_si512,
-            _mm512_add_epi64, _mm512_or_si512, _mm512_storeu_si512, M64, S64)
-VECTOR_LOOP(vec256f, "avx2,fma", float, uint32_t, __m256, __m256i, _mm256_loadu_ps,
-            _mm256_storeu_ps, _mm256_castps_si256, _mm256_set1_epi32, _mm256_and_si256,
-            _mm256_add_epi32, _mm256_or_si256, ISTORE256, M32, S32)
-VECTOR_LOOP(vec256d, "avx2,fma", double, uint64_t, __m256d, __m256i, _mm256_loadu_pd,
-            _mm256_storeu_pd, _mm256_castpd_si256, SET1_64x4, _mm256_and_si256,
-            _mm256_add_epi64, _mm256_or_si256, ISTORE256, M64, S64)
+/* The one loop at each width and float type (VS: the register type's suffix, P: the
+ * intrinsics' float suffix, W: the bits of an element) */
+#define LOOP512(NAME, T, U, VS, P, W, M, S)                                                  \
+    VECTOR_LOOP(NAME, "avx512f", T, U, __m512##VS, __m512i, _mm512_loadu_##P,              \
+                _mm512_storeu_##P, _mm512_cast##P##_si512, _mm512_set1_epi##W,              \
+                _mm512_and_si512, _mm512_add_epi##W, _mm512_or_si512, _mm512_storeu_si512, \
+                M, S)
+#define LOOP256(NAME, T, U, VS, P, W, SET1, M, S)                                            \
+    VECTOR_LOOP(NAME, "avx2,fma", T, U, __m256##VS, __m256i, _mm256_loadu_##P,             \
+                _mm256_storeu_##P, _mm256_cast##P##_si256, SET1, _mm256_and_si256,         \
+                _mm256_add_epi##W, _mm256_or_si256, ISTORE256, M, S)
+LOOP512(vec512f, float, uint32_t, , ps, 32, M32, S32)
+LOOP512(vec512d, double, uint64_t, d, pd, 64, M64, S64)
+LOOP256(vec256f, float, uint32_t, , ps, 32, _mm256_set1_epi32, M32, S32)
+LOOP256(vec256d, double, uint64_t, d, pd, 64, SET1_64x4, M64, S64)
 
 static int vector_supported(int bits)
 {

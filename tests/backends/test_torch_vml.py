@@ -88,3 +88,36 @@ def test_no_second_pass_over_the_output_for_numpys_flags(monkeypatch, dtype):
                 with pytest.warns(RuntimeWarning, match=message) as caught:
                     getattr(fastmath, name)(y)
                 assert caught[0].filename == __file__
+
+
+@pytest.mark.parametrize("bits", [512, 256])
+def test_each_register_width_gives_torchs_bits_and_sees_an_inf_anywhere(bits):
+    """The runtime's vector loop at either width (AVX-512 or AVX2 builds of SLEEF's
+    functions, as torch's loops call them on CPUs with or without AVX-512): whole
+    registers, the tail, and an inf in the first or the last element, seen."""
+    import torch
+
+    from fastmath.backends import torch as backend
+
+    lib = backend._torch_cpu_library()
+    _, lanes, isa = next(v for v in backend._VECTOR_NAMES if v[0] == bits)
+    pace = _runtime.new_pace()
+    try:
+        for dt, width in lanes.items():
+            fn = backend.address(getattr(lib, f"Sleef_log1p{width}_u10{isa}"))
+            for n in (1, 7, 17, 1000, 4099):
+                x = np.linspace(-0.5, 3, n, dtype=dt)
+                out = np.empty_like(x)
+                seen = _runtime.vector(fn, bits, x, out, pace, 0, 2, True)
+                if seen is None:
+                    pytest.skip("this CPU lacks the instructions")
+                assert seen is False
+                assert out.tobytes() == torch.log1p(torch.from_numpy(x)).numpy().tobytes()
+                for at in (0, -1):
+                    y = x.copy()
+                    y[at] = -1.0  # log1p(-1) = -inf
+                    with np.errstate(all="ignore"):
+                        assert _runtime.vector(fn, bits, y, out, pace, 0, 2, True) is True
+                        assert _runtime.vector(fn, bits, y, out, pace, 0, 2, False) is False
+    finally:
+        _runtime.free_pace(pace)
