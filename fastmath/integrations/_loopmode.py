@@ -7,7 +7,9 @@ the accelerated SciPy ufuncs, the comparisons and predicates of those floats (``
 operators (``a * b``, ``x ** 2``), names bound at import, copied namespaces and
 ``__array_ufunc__`` routes (pandas, xarray) all reach it. Each long run is split over a
 native thread pool, every piece computed by the original loop, so results are NumPy's bit
-for bit; short runs call the original loop directly.
+for bit; short runs call the original loop directly. ``np.place`` of long contiguous arrays
+(scipy.stats' distributions fill their outputs with it) runs by blocks on the same pool:
+NumPy's ``place`` calls the C function its module holds, replaced while the mode is on.
 
 How long is long depends on the loop's cost: a memory-bound loop (add, multiply) gains
 from a second core only on large runs, a special function on small ones. ``cost`` below
@@ -16,6 +18,7 @@ is time per element relative to NumPy's exp, as in the registry.
 from __future__ import annotations
 
 from .. import _registry
+from .._numpy import np as _np
 from ._nested import Nested
 
 # how many elements of exp-like cost a run must have before a second thread pays, and
@@ -41,6 +44,7 @@ _BOOLEAN = {"logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_
             "bitwise_or", "bitwise_xor", "invert"}
 
 _slots: list = []  # (ufunc, types, slot) installed
+_numpys_place = None  # NumPy's place C function while ours stands in for it
 _known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
 _why_not: str | None = None
 try:
@@ -123,8 +127,24 @@ def _sizes(cost, may_split):
 _threads_before: list = []  # the runtime's limit before a start(threads=...) set its own
 
 
+def _place(arr, mask, vals):
+    """NumPy's ``place`` C function, by blocks on the pool where ``_loops.place`` takes
+    the call (a Python float ``vals`` for a float array is that array's one value, as
+    NumPy converts it), else NumPy's own."""
+    if type(vals) is float and type(arr) is _np.ndarray and arr.dtype.kind == "f":
+        one = _np.array(vals, arr.dtype)
+        if _loops.place(arr, mask, one.reshape(1)):
+            return None
+    elif _loops.place(arr, mask, vals):
+        return None
+    return _numpys_place(arr, mask, vals)
+
+
 def _install(threads) -> None:
     from ..dispatch import _alloc
+    from numpy.lib import _function_base_impl as module
+
+    global _numpys_place
 
     if threads:  # else the runtime's own limit (the configuration's, or threadpoolctl's)
         _threads_before.append(_runtime.threads())
@@ -139,11 +159,18 @@ def _install(threads) -> None:
         slot = _loops.replace(ufunc, index, split_at, piece)
         _slots.append((ufunc, types, slot))
         _known[slot] = f"{ufunc.__name__} {types}"
+    if getattr(module, "_place", None) is not None and _numpys_place is None:
+        _numpys_place, module._place = module._place, _place
 
 
 def _restore() -> None:
+    global _numpys_place
     while _slots:
         _loops.restore(_slots.pop()[2])
+    if _numpys_place is not None:
+        from numpy.lib import _function_base_impl as module
+
+        module._place, _numpys_place = _numpys_place, None
     while _threads_before:
         _runtime.set_threads(_threads_before.pop())
 
