@@ -140,9 +140,23 @@ def _place(arr, mask, vals):
     return _numpys_place(arr, mask, vals)
 
 
+def _place_module():
+    """The module whose ``place`` calls its global ``_place`` (NumPy 2; NumPy 1's is
+    numpy.lib.function_base), or None."""
+    import importlib
+
+    for name in ("numpy.lib._function_base_impl", "numpy.lib.function_base"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if callable(getattr(module, "_place", None)):
+            return module
+    return None
+
+
 def _install(threads) -> None:
     from ..dispatch import _alloc
-    from numpy.lib import _function_base_impl as module
 
     global _numpys_place
 
@@ -159,7 +173,8 @@ def _install(threads) -> None:
         slot = _loops.replace(ufunc, index, split_at, piece)
         _slots.append((ufunc, types, slot))
         _known[slot] = f"{ufunc.__name__} {types}"
-    if getattr(module, "_place", None) is not None and _numpys_place is None:
+    module = _place_module()
+    if module is not None and _numpys_place is None:
         _numpys_place, module._place = module._place, _place
 
 
@@ -168,9 +183,7 @@ def _restore() -> None:
     while _slots:
         _loops.restore(_slots.pop()[2])
     if _numpys_place is not None:
-        from numpy.lib import _function_base_impl as module
-
-        module._place, _numpys_place = _numpys_place, None
+        _place_module()._place, _numpys_place = _numpys_place, None
     while _threads_before:
         _runtime.set_threads(_threads_before.pop())
 
