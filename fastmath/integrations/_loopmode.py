@@ -44,7 +44,10 @@ _BOOLEAN = {"logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_
             "bitwise_or", "bitwise_xor", "invert"}
 
 _slots: list = []  # (ufunc, types, slot) installed
-_numpys_place = None  # NumPy's place C function while ours stands in for it
+# NumPy's place C function, kept from the first start for good: a call that found ours just
+# before a stop in another thread still reaches it; and whether ours stands in for it now
+_numpys_place = None
+_place_installed = False
 _known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
 _why_not: str | None = None
 try:
@@ -158,7 +161,7 @@ def _place_module():
 def _install(threads) -> None:
     from ..dispatch import _alloc
 
-    global _numpys_place
+    global _numpys_place, _place_installed
 
     if threads:  # else the runtime's own limit (the configuration's, or threadpoolctl's)
         _threads_before.append(_runtime.threads())
@@ -174,16 +177,18 @@ def _install(threads) -> None:
         _slots.append((ufunc, types, slot))
         _known[slot] = f"{ufunc.__name__} {types}"
     module = _place_module()
-    if module is not None and _numpys_place is None:
-        _numpys_place, module._place = module._place, _place
+    if module is not None and not _place_installed:
+        if _numpys_place is None:
+            _numpys_place = module._place
+        module._place, _place_installed = _place, True
 
 
 def _restore() -> None:
-    global _numpys_place
+    global _place_installed
     while _slots:
         _loops.restore(_slots.pop()[2])
-    if _numpys_place is not None:
-        _place_module()._place, _numpys_place = _numpys_place, None
+    if _place_installed:
+        _place_module()._place, _place_installed = _numpys_place, False
     while _threads_before:
         _runtime.set_threads(_threads_before.pop())
 

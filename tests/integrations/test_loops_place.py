@@ -107,3 +107,13 @@ def test_the_pool_shares_it_and_numpys_function_comes_back():
         _runtime.set_pacing(before)
     assert module._place is numpys
     assert np.array_equal(arr, vals)
+
+
+def test_a_call_that_found_the_modes_place_just_before_a_stop_still_runs():
+    """Another thread may have looked up the mode's function just before this one stopped
+    the mode: its call still reaches NumPy's (small arrays go there at once)."""
+    with fastmath.patch(mode="loops"):
+        found = module._place
+    arr = np.zeros(10)
+    found(arr, np.arange(10) % 2, np.array([7.0, 8.0]))
+    assert arr.tolist() == [0, 7, 0, 8, 0, 7, 0, 8, 0, 7]
