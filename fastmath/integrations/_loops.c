@@ -343,7 +343,7 @@ static PyObject *py_set_counting(PyObject *self, PyObject *args)
  * each block's true elements, the counts give each block its first value (the running
  * count modulo the number of values, as NumPy cycles them), and the pool copies. Every
  * element written is the one NumPy writes; arrays it does not take are left to NumPy. */
-#define PLACE_BLOCK 16384
+#define PLACE_BLOCK 1024 /* the runtime's pieces hold 64 blocks or more: 2 pieces from 2^17 */
 #define PLACE_MIN 65536
 
 typedef struct {
@@ -410,8 +410,8 @@ static void place_copy(char **args, intptr_t const *count, intptr_t const *steps
     }
 }
 
-/* One pass over the blocks on the pool (whole where the pacing says so). */
-static void place_pass(fm_pace *paces, fm_loop loop, Place *p, npy_intp blocks)
+/* One pass over the blocks on the pool (whole where the pacing says so); whether it split. */
+static int place_pass(fm_pace *paces, fm_loop loop, Place *p, npy_intp blocks)
 {
     fm_job job;
     job.timed = 0;
@@ -422,17 +422,19 @@ static void place_pass(fm_pace *paces, fm_loop loop, Place *p, npy_intp blocks)
     job.steps[0] = sizeof(npy_intp);
     job.n = blocks;
     job.piece = 1;
-    if (rt->split(paces, &job, 0) == FM_NOT_RUN) {
+    int how = rt->split(paces, &job, 0);
+    if (how == FM_NOT_RUN) {
         intptr_t all = blocks;
         loop(job.args, &all, job.steps, p);
     }
+    return how == FM_SPLIT;
 }
 
-static int plain_items(PyArrayObject *a, int sizes)
+static int plain_items(PyArrayObject *a)
 {
     int size = (int)PyArray_ITEMSIZE(a);
     return PyArray_IS_C_CONTIGUOUS(a) && PyArray_ISALIGNED(a) && PyArray_ISNOTSWAPPED(a)
-           && !PyDataType_REFCHK(PyArray_DESCR(a)) && (size & sizes) == size
+           && !PyDataType_REFCHK(PyArray_DESCR(a))
            && (size == 1 || size == 2 || size == 4 || size == 8);
 }
 
@@ -443,7 +445,8 @@ static int overlap(PyArrayObject *a, PyArrayObject *b)
     return alo < bhi && blo < ahi;
 }
 
-/* place(arr, mask, vals) -> True, or None where it does not take the call (NumPy's then) */
+/* place(arr, mask, vals) -> 2 (a pass split over the pool) or 1 (run whole), or None where
+ * it does not take the call (NumPy's then) */
 static PyObject *py_place(PyObject *self, PyObject *args)
 {
     PyObject *ao, *mo, *vo;
@@ -457,8 +460,8 @@ static PyObject *py_place(PyObject *self, PyObject *args)
     char mkind = PyArray_DESCR(m)->kind;
     npy_intp n = PyArray_SIZE(a);
     if (n < PLACE_MIN || PyArray_SIZE(m) != n || PyArray_SIZE(v) < 1
-            || !PyArray_ISWRITEABLE(a) || !plain_items(a, 15) || !plain_items(m, 15)
-            || !plain_items(v, 15) || (mkind != 'b' && mkind != 'i' && mkind != 'u')
+            || !PyArray_ISWRITEABLE(a) || !plain_items(a) || !plain_items(m)
+            || !plain_items(v) || (mkind != 'b' && mkind != 'i' && mkind != 'u')
             || !PyArray_EquivTypes(PyArray_DESCR(a), PyArray_DESCR(v))
             || overlap(a, m) || overlap(a, v)) {
         Py_RETURN_NONE;
@@ -470,8 +473,9 @@ static PyObject *py_place(PyObject *self, PyObject *args)
     }
     Place p = {PyArray_BYTES(m), PyArray_BYTES(a), PyArray_BYTES(v), n, PyArray_SIZE(v),
                counts, (int)PyArray_ITEMSIZE(m), (int)PyArray_ITEMSIZE(a)};
+    int split;
     Py_BEGIN_ALLOW_THREADS
-    place_pass(place_paces[0], place_count, &p, blocks);
+    split = place_pass(place_paces[0], place_count, &p, blocks);
     npy_intp total = 0;
     for (npy_intp b = 0; b < blocks; b++) { /* each block's count -> the count before it */
         npy_intp c = counts[b];
@@ -479,11 +483,11 @@ static PyObject *py_place(PyObject *self, PyObject *args)
         total += c;
     }
     if (total > 0) {
-        place_pass(place_paces[1], place_copy, &p, blocks);
+        split |= place_pass(place_paces[1], place_copy, &p, blocks);
     }
     Py_END_ALLOW_THREADS
     PyMem_RawFree(counts);
-    Py_RETURN_TRUE;
+    return PyLong_FromLong(split ? 2 : 1);
 }
 
 static PyMethodDef methods[] = {
@@ -502,7 +506,8 @@ static PyMethodDef methods[] = {
      "about n elements (one_thread: seconds a whole run of n takes lately, or None)"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
     {"place", py_place, METH_VARARGS,
-     "place(arr, mask, vals) -> True, or None where it leaves the call to NumPy: np.place\n"
+     "place(arr, mask, vals) -> 2 (split) or 1 (whole), or None where it leaves the call to\n"
+     "NumPy: np.place\n"
      "for C-contiguous arrays of plain items (vals of arr's dtype, a bool or integer mask,\n"
      "none overlapping arr), by blocks on the pool"},
     {NULL, NULL, 0, NULL},

@@ -93,10 +93,13 @@ def test_numpys_errors():
 def test_the_pool_shares_it_and_numpys_function_comes_back():
     if _runtime.threads() < 2:
         pytest.skip("one thread: nothing splits")
+    from fastmath.integrations import _loops
+
     numpys = module._place
     arr, mask, vals = np.zeros(10**6), np.ones(10**6, bool), np.arange(10**6, dtype=float)
     before = _runtime.set_pacing(False)  # every call split, whatever the machine's load
     try:
+        assert _loops.place(arr[:1 << 17], mask[:1 << 17], vals[:1 << 17]) == 2
         with fastmath.patch(mode="loops"):
             assert module._place is not numpys
             joins = _runtime.stats()["joins"]
