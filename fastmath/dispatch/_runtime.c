@@ -761,13 +761,20 @@ typedef struct {
 #define WIDE
 #endif
 
+/* The magnitude bits (M) and the smallest exponent step (S) of float32 and float64, for
+ * this test here and in the vector loops below */
+#define M32 0x7fffffffu
+#define S32 0x00800000u
+#define M64 0x7fffffffffffffffULL
+#define S64 0x0010000000000000ULL
+
 WIDE static void scan64(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
     (void)steps;
     const uint64_t *b = (const uint64_t *)args[0];
     uint64_t acc = 0;
     for (intptr_t i = 0; i < *count; i++) {
-        acc |= (b[i] & 0x7fffffffffffffffULL) + 0x0010000000000000ULL;
+        acc |= (b[i] & M64) + S64;
     }
     if (acc >> 63) {
         atomic_store_explicit(&((Scan *)data)->seen, 1, memory_order_relaxed);
@@ -780,7 +787,7 @@ WIDE static void scan32(char **args, intptr_t const *count, intptr_t const *step
     const uint32_t *b = (const uint32_t *)args[0];
     uint32_t acc = 0;
     for (intptr_t i = 0; i < *count; i++) {
-        acc |= (b[i] & 0x7fffffffu) + 0x00800000u;
+        acc |= (b[i] & M32) + S32;
     }
     if (acc >> 31) {
         atomic_store_explicit(&((Scan *)data)->seen, 1, memory_order_relaxed);
@@ -896,10 +903,6 @@ typedef struct {
     }
 #define ISTORE256(p, v) _mm256_storeu_si256((__m256i *)(p), (v))
 #define SET1_64x4(x) _mm256_set1_epi64x((long long)(x))
-#define M32 0x7fffffffu
-#define S32 0x00800000u
-#define M64 0x7fffffffffffffffULL
-#define S64 0x0010000000000000ULL
 /* The one loop at each width and float type (VS: the register type's suffix, P: the
  * intrinsics' float suffix, W: the bits of an element) */
 #define LOOP512(NAME, T, U, VS, P, W, M, S)                                                  \
