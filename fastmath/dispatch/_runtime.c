@@ -112,17 +112,25 @@ static long long (*_Atomic thread_cpu_ns)(void) = real_cpu_ns;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* parking and starting workers */
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
-static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER; /* held by the call using the pool */
-static fm_job *_Atomic current = NULL;
-static atomic_ulong generation = 0; /* one more per call started */
-/* rest(): the call after which the workers park at once (no spin), until the next one */
-static atomic_ulong rested = (unsigned long)-1;
-static atomic_int active = 0;       /* workers inside a call now */
+/* What the caller and the workers of a call write, a cache line for each writer: a worker
+ * that spins reads the call's line, which its caller writes twice a call (start, finish),
+ * and nothing else is written there; `active` has a line of its own, and so does the
+ * pool's lock, which one user thread calling takes and gives back alone. (With these
+ * beside each other and beside the counters and settings, every call moved the one line
+ * between the cores six times or more, each move a dependent step of 100-200 ns here.) */
+static struct {
+    _Alignas(64) fm_job *_Atomic current;
+    atomic_ulong generation; /* one more per call started */
+    /* rest(): the call after which the workers park at once (no spin), until the next one */
+    atomic_ulong rested;
+    _Alignas(64) atomic_int active; /* workers inside a call now */
+    _Alignas(64) pthread_mutex_t busy; /* held by the call using the pool */
+} pool = {NULL, 0, (unsigned long)-1, 0, PTHREAD_MUTEX_INITIALIZER};
 static atomic_int sleepers = 0;     /* workers parked (or about to park) */
 static int nworkers = 0;            /* started (under lock) */
 static atomic_int nthreads = 0;     /* per call, the caller included */
 static atomic_llong spin_ns = 100000;
-static atomic_ulong parks = 0, joins = 0;
+static atomic_ulong parks = 0, joins = 0; /* joins: counted by the callers */
 static atomic_llong woken_at = 0, wake_ns = 0; /* the last broadcast; wake-ups' total time */
 static atomic_ulong wakes = 0;
 static atomic_ulong moves = 0; /* workers that moved off their caller's CPU (move_off) */
@@ -183,11 +191,11 @@ static void wait_for_call(unsigned long *seen)
     long long eager = start + (EAGER_NS < limit ? EAGER_NS : limit), until = start + limit;
     int yielding = 0;
     for (unsigned spins = 1;; spins++) {
-        if (atomic_load_explicit(&generation, memory_order_acquire) != *seen) {
-            *seen = atomic_load(&generation);
+        if (atomic_load_explicit(&pool.generation, memory_order_acquire) != *seen) {
+            *seen = atomic_load(&pool.generation);
             return;
         }
-        if (atomic_load_explicit(&rested, memory_order_relaxed) == *seen) {
+        if (atomic_load_explicit(&pool.rested, memory_order_relaxed) == *seen) {
             break; /* rest() since the last call: park now */
         }
         if (yielding) {
@@ -210,13 +218,13 @@ static void wait_for_call(unsigned long *seen)
     atomic_fetch_add(&sleepers, 1); /* seq_cst: a caller that misses it sees our generation */
     atomic_fetch_add_explicit(&parks, 1, memory_order_relaxed);
     int waited = 0;
-    while (atomic_load(&generation) == *seen) {
+    while (atomic_load(&pool.generation) == *seen) {
         pthread_cond_wait(&wake, &lock);
         waited = 1;
     }
     atomic_fetch_sub(&sleepers, 1);
     pthread_mutex_unlock(&lock);
-    *seen = atomic_load(&generation);
+    *seen = atomic_load(&pool.generation);
     if (waited) { /* woken by a call's broadcast: how long that took */
         atomic_fetch_add_explicit(&wake_ns, real_wall_ns() - atomic_load(&woken_at),
                                   memory_order_relaxed);
@@ -247,41 +255,73 @@ static void move_off(int cpu)
     }
 }
 
+/* The caller's FP controls (fm_fpctl), and a worker taking them: set only where they
+ * differ from the worker's own (each setting, and glibc's fesetenv, takes tens of
+ * nanoseconds), its flags cleared. */
+static inline void fp_get(fm_fpctl *fp)
+{
+#if defined(__x86_64__)
+    fp->mxcsr = __builtin_ia32_stmxcsr();
+    __asm__ __volatile__("fnstcw %0" : "=m"(fp->x87));
+#else
+    fegetenv(fp);
+#endif
+}
+
+static inline void fp_take(const fm_fpctl *fp)
+{
+#if defined(__x86_64__)
+    unsigned int mine = __builtin_ia32_stmxcsr();
+    unsigned int want = (fp->mxcsr & ~0x3fu) | (mine & 0x3fu); /* its controls, our flags */
+    if (want != mine) {
+        __builtin_ia32_ldmxcsr(want);
+    }
+    unsigned short x87;
+    __asm__ __volatile__("fnstcw %0" : "=m"(x87));
+    if (x87 != fp->x87) {
+        __asm__ __volatile__("fldcw %0" : : "m"(fp->x87));
+    }
+#else
+    fesetenv(fp);
+#endif
+    clear_raised(FLAGS);
+}
+
 static _Thread_local int is_worker;
 
 static void *worker(void *unused)
 {
     (void)unused;
     is_worker = 1;
-    unsigned long seen = atomic_load(&generation);
+    unsigned long seen = atomic_load(&pool.generation);
     for (;;) {
         wait_for_call(&seen);
-        atomic_store_explicit(&wake_pending, 0, memory_order_relaxed);
-        fm_job *job = atomic_load(&current);
+        if (atomic_load_explicit(&wake_pending, memory_order_relaxed)) {
+            atomic_store_explicit(&wake_pending, 0, memory_order_relaxed);
+        }
+        fm_job *job = atomic_load(&pool.current);
         if (job == NULL) {
             continue;
         }
-        atomic_fetch_add(&active, 1);
+        atomic_fetch_add(&pool.active, 1);
         /* finished meanwhile (the caller did it all), or the call's threads are all there:
          * a pool started for more threads than a later call may use (a lowered limit,
          * threadpoolctl's) keeps its extra workers out of it */
-        if (atomic_load(&current) != job || atomic_fetch_sub(&job->seats, 1) <= 0) {
-            atomic_fetch_sub(&active, 1);
+        if (atomic_load(&pool.current) != job || atomic_fetch_sub(&job->seats, 1) <= 0) {
+            atomic_fetch_sub(&pool.active, 1);
             continue;
         }
-        atomic_fetch_add_explicit(&joins, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&job->joined, 1, memory_order_relaxed);
         if (job->cpu >= 0 && sched_getcpu() == job->cpu) {
             move_off(job->cpu);
         }
-        fesetenv(&job->env);
-        clear_raised(FLAGS);
+        fp_take(&job->fp);
         run_pieces(job);
         int raised = fetestexcept(FLAGS);
         if (raised) {
             atomic_fetch_or(&job->flags, raised);
         }
-        atomic_fetch_sub(&active, 1);
+        atomic_fetch_sub(&pool.active, 1);
     }
     return NULL;
 }
@@ -289,10 +329,10 @@ static void *worker(void *unused)
 static void after_fork_in_child(void)
 {
     pthread_mutex_init(&lock, NULL);
-    pthread_mutex_init(&busy, NULL);
+    pthread_mutex_init(&pool.busy, NULL);
     pthread_cond_init(&wake, NULL);
-    atomic_store(&current, NULL);
-    atomic_store(&active, 0);
+    atomic_store(&pool.current, NULL);
+    atomic_store(&pool.active, 0);
     atomic_store(&sleepers, 0);
     nworkers = 0;
 }
@@ -344,8 +384,8 @@ __attribute__((visibility("default"))) void fastmath_runtime_set_num_threads(int
     atomic_store(&nthreads, n < 1 ? default_threads() : n > MAXTHREADS ? MAXTHREADS : n);
 }
 
-static int fm_begin(void) { return pthread_mutex_trylock(&busy) == 0; }
-static void fm_end(void) { pthread_mutex_unlock(&busy); }
+static int fm_begin(void) { return pthread_mutex_trylock(&pool.busy) == 0; }
+static void fm_end(void) { pthread_mutex_unlock(&pool.busy); }
 static int fm_threads(void) { return atomic_load_explicit(&nthreads, memory_order_relaxed); }
 
 static int fm_start(fm_job *job, int threads)
@@ -357,14 +397,14 @@ static int fm_start(fm_job *job, int threads)
     job->started = real_wall_ns();
     job->absent = 0;
     job->cpu = sched_getcpu();
-    fegetenv(&job->env);
+    fp_get(&job->fp);
     int starting = nworkers < threads - 1; /* a new thread, like a parked one, is slow to come */
     if (ensure_workers(threads - 1) == 0) {
         job->woke = 0;
         return 0;
     }
-    atomic_store(&current, job);
-    atomic_fetch_add(&generation, 1); /* seq_cst, then the sleepers read: see wait_for_call */
+    atomic_store(&pool.current, job);
+    atomic_fetch_add(&pool.generation, 1); /* seq_cst, then the sleepers read: see wait_for_call */
     job->woke = starting || atomic_load(&sleepers) > 0;
     if (job->woke && atomic_load_explicit(&wake_pending, memory_order_relaxed)) {
         late_here++;
@@ -392,8 +432,8 @@ static void fm_finish(fm_job *job)
         run_pieces(job);
     }
     /* Every piece is taken; workers that joined finish theirs. */
-    atomic_store(&current, NULL);
-    for (unsigned spins = 0; atomic_load(&active) > 0; spins++) {
+    atomic_store(&pool.current, NULL);
+    for (unsigned spins = 0; atomic_load(&pool.active) > 0; spins++) {
         if (spins < 4096) {
             RELAX();
         }
@@ -404,7 +444,11 @@ static void fm_finish(fm_job *job)
     /* No worker came, none had to wake, and the call was long enough for a running one
      * (it looks every microsecond or so) to have come: its core is taken. (The real
      * clock: a split's length, not the pacing's clocks, which tests replace.) */
-    job->absent = !job->woke && atomic_load(&job->joined) == 0
+    int joined = atomic_load(&job->joined);
+    if (joined) {
+        atomic_fetch_add_explicit(&joins, joined, memory_order_relaxed);
+    }
+    job->absent = !job->woke && joined == 0
                   && real_wall_ns() - job->started >= ABSENT_NS;
 }
 
@@ -589,9 +633,11 @@ static fm_pace *fm_pace_by_id(int id)
     return id >= 0 && id < atomic_load(&npaces) ? paces[id] : NULL;
 }
 
+static PyObject *pace_dict(fm_pace *paces_of, intptr_t n);
+
 static fm_api api = {FM_API_VERSION, fm_split, fm_begin, fm_start, fm_finish, fm_end,
-                     fm_threads, fm_one_thread_ps, fm_pace_of, fm_decide, fm_kept, fm_judge,
-                     fm_pace_by_id, wall_ns_now, fm_alone_ns};
+                     fm_threads, fm_pace_of, fm_decide, fm_kept, fm_judge,
+                     fm_pace_by_id, wall_ns_now, fm_alone_ns, pace_dict};
 
 /* ---- NumPy's strided loops, for the numpy backend -------------------------------- */
 
@@ -1185,7 +1231,8 @@ static PyObject *py_free_pace(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *pace_dict(fm_pace *paces_of, Py_ssize_t n)
+/* A record as a dict, for Python: {left, skip, since, kept, one_thread}. */
+static PyObject *pace_dict(fm_pace *paces_of, intptr_t n)
 {
     fm_pace *p = fm_pace_of(paces_of, n);
     unsigned ps = fm_one_thread_ps(p);
@@ -1311,7 +1358,7 @@ static PyObject *py_threads(PyObject *self, PyObject *unused)
 
 static PyObject *py_rest(PyObject *self, PyObject *unused)
 {
-    atomic_store_explicit(&rested, atomic_load(&generation), memory_order_relaxed);
+    atomic_store_explicit(&pool.rested, atomic_load(&pool.generation), memory_order_relaxed);
     Py_RETURN_NONE;
 }
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define FM_CAPSULE "fastmath.dispatch._runtime._C_API"
-#define FM_API_VERSION 4
+#define FM_API_VERSION 5
 #define FM_MAXARGS 4
 #define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
 #define FM_KEEP 3     /* whole runs remembered per record */
@@ -28,27 +28,46 @@
 /* A chunk kernel: NumPy's inner-loop signature (PyUFuncGenericFunction). */
 typedef void (*fm_loop)(char **args, intptr_t const *count, intptr_t const *steps, void *data);
 
-/* One parallel call: `loop` over n elements of args (each advanced by its step), in pieces
- * of `piece` elements claimed one at a time by the caller and the pool's threads. */
+/* The floating-point controls a worker takes from its caller: rounding and subnormal
+ * handling, and which exceptions trap. On x86-64 the two control words themselves (MXCSR,
+ * the x87 control word: read in a few nanoseconds, and set in a worker only where they
+ * differ, where fegetenv and fesetenv take 65-70 ns each here); elsewhere the whole
+ * environment. */
+#if defined(__x86_64__)
 typedef struct {
-    fm_loop loop;
+    unsigned int mxcsr;
+    unsigned short x87;
+} fm_fpctl;
+#else
+typedef fenv_t fm_fpctl;
+#endif
+
+/* One parallel call: `loop` over n elements of args (each advanced by its step), in pieces
+ * of `piece` elements claimed one at a time by the caller and the pool's threads.
+ * Aligned to a cache line, with what the pool's threads write (the next piece, their
+ * flags, the seats taken) on a line of its own: on the caller's stack, a call's job must
+ * not share a line with the caller's other locals, or every claim of a piece moves them
+ * between cores. */
+typedef struct {
+    _Alignas(64) _Atomic intptr_t next; /* next piece's first element */
+    atomic_int flags;      /* FP flags (FE_*) raised in the pool's threads */
+    atomic_int seats;      /* set by start(): pool threads that may still join */
+    atomic_int joined;     /* pool threads that joined it (the caller waited for them) */
+    /* written by the caller only */
+    _Alignas(64) fm_loop loop;
     void *data;
     char *args[FM_MAXARGS];
     intptr_t steps[FM_MAXARGS];
     int nargs;
     intptr_t n, piece;
-    _Atomic intptr_t next; /* next piece's first element */
-    atomic_int flags;      /* FP flags (FE_*) raised in the pool's threads */
-    atomic_int seats;      /* set by start(): pool threads that may still join */
     int timed;             /* time the caller's pieces: caller_ns, caller_n */
     int woke;              /* set by start(): a worker was parked when it began */
-    atomic_int joined;     /* pool threads that joined it (the caller waited for them) */
     long long started;     /* set by start(): when it began (CLOCK_MONOTONIC, ns) */
     int cpu;               /* set by start(): the CPU the caller ran on (-1: not known) */
     int absent;            /* set by finish(): see fm_came() */
     long long caller_ns;
     intptr_t caller_n;
-    fenv_t env;            /* the caller's: rounding, subnormal handling */
+    fm_fpctl fp;           /* set by start(): the caller's FP controls */
 } fm_job;
 
 /* The back-off record of one kernel at one length (see fm_split in _runtime.c): `left`
@@ -91,7 +110,6 @@ typedef struct {
     void (*finish)(fm_job *job);
     void (*end)(void);
     int (*threads)(void);
-    unsigned (*one_thread_ps)(fm_pace *pace);
     fm_pace *(*pace_of)(fm_pace *paces, intptr_t n);
     /* The pacing alone, for a caller that runs its work itself: decide() says whether a
      * call of n elements splits now (FM_SPLIT; *timed: judge it against the caller's CPU
@@ -106,6 +124,9 @@ typedef struct {
     fm_pace *(*pace_by_id)(int id); /* a record from new_pace(); NULL for a bad number */
     long long (*wall_ns)(void);
     long long (*alone_ns)(const fm_job *job);
+    /* the record of runs of about n elements, for Python: {left, skip, since, kept,
+     * one_thread (seconds, or None)} */
+    PyObject *(*pace_dict)(fm_pace *paces, intptr_t n);
 } fm_api;
 
 /* The runtime's interface, for the module init of an extension on it (include after

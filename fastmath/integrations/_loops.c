@@ -301,15 +301,7 @@ static PyObject *py_pace(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_IndexError, "no such loop slot, or a run length below 1");
         return NULL;
     }
-    fm_pace *pace = rt->pace_of(slots[i].pace, n);
-    unsigned ps = rt->one_thread_ps(pace);
-    PyObject *one = ps ? PyFloat_FromDouble(ps * 1e-12 * (double)n) : Py_NewRef(Py_None);
-    if (one == NULL) {
-        return NULL;
-    }
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:N}", "left", atomic_load(&pace->left),
-                         "skip", atomic_load(&pace->skip), "since", atomic_load(&pace->since),
-                         "kept", atomic_load(&pace->kept), "one_thread", one);
+    return rt->pace_dict(slots[i].pace, n);
 }
 
 static PyObject *py_set_enabled(PyObject *self, PyObject *args)

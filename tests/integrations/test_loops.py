@@ -156,6 +156,43 @@ def test_errstate_sees_flags_raised_in_worker_threads(dtype):
             numpy.log(x)
 
 
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64",
+                    reason="the rounding mode's constants here are x86-64 glibc's")
+def test_the_callers_rounding_mode_reaches_the_pools_threads():
+    # a worker takes the caller's FP controls (MXCSR and the x87 control word), setting
+    # them only where they differ from its own: a sum rounded upward in every piece
+    import ctypes
+    import ctypes.util
+
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    fe_upward, fe_tonearest = 0x800, 0
+    a, b = RNG.standard_normal(4 * N), RNG.standard_normal(4 * N) * 1e-9
+    nearest = numpy.add(a, b)
+    from fastmath.dispatch import _runtime
+
+    assert libm.fegetround() == fe_tonearest
+    try:
+        assert libm.fesetround(fe_upward) == 0
+        upward = numpy.add(a, b)
+        patched = []
+        with fastmath.patch(mode="loops"):
+            joins = _runtime.stats()["joins"]
+            for _ in range(50):  # until a worker has run pieces (a parked one is slow to come)
+                patched.append(numpy.add(a, b))
+                if _runtime.stats()["joins"] > joins + 2:
+                    break
+            joined = _runtime.stats()["joins"] - joins
+    finally:
+        libm.fesetround(fe_tonearest)
+    assert (upward >= nearest).all() and (upward != nearest).sum() > len(a) // 4
+    for p in patched:
+        _bitwise(p, upward)
+    if _runtime.threads() > 1:
+        assert joined > 2  # the pool's threads ran pieces of them
+    with fastmath.patch(mode="loops"):
+        _bitwise(numpy.add(a, b), nearest)  # and gives it back
+
+
 def test_reductions_accumulations_and_overlap_stay_numpys():
     x = RNG.standard_normal(4 * N)
     cases = [lambda: numpy.add.reduce(x), lambda: numpy.add.accumulate(x),
