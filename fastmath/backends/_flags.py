@@ -12,20 +12,8 @@ from .._numpy import np
 from ..dispatch import _fpe
 
 
-# What a kernel that keeps no flags must do about them now (``need``): nothing (no category
-# is watched), look for an inf or a NaN in its output, or leave the search to the front end
-# (underflow is watched, and leaves no trace in the output).
-NOTHING, LOOK, UNKNOWN = 0, 1, 2
-
-
-def need(fpe: bool) -> int:
-    """NOTHING, LOOK or UNKNOWN for a function that can raise flags (``fpe``) or not."""
-    if not fpe:
-        return NOTHING
-    modes = _fpe.error_modes()
-    if not _fpe.watched(True, modes):
-        return NOTHING
-    return UNKNOWN if _fpe.underflow_matters(modes) else LOOK
+# What a kernel that keeps no flags must do about them now (dispatch/_fpe.py's ``need``)
+NOTHING, LOOK, UNKNOWN, need = _fpe.NOTHING, _fpe.LOOK, _fpe.UNKNOWN, _fpe.need
 
 
 def flags_possible(out) -> bool:

@@ -57,6 +57,17 @@ class RuntimeVml:
         self.pace = self.pace_record.id() if _runtime is not None else -1
         self.min_split = RUNTIME_MIN_BYTES / cost
 
+    def vml_entry(self, dtype):
+        """The settings of this kernel's runtime call on one operand of ``dtype``, for the
+        front end's fast path in C (frontends/_hot.c, which makes the call as
+        ``_runtime.vml_entry(settings, x, out, check)`` and acts on NumPy's flags as
+        ``done`` would); None where it has none for ``dtype``."""
+        fn = self.addresses.get(dtype) if self.pace >= 0 else None
+        if fn is None:
+            return None
+        return (fn, self.bits, self.mode, 0 if self.bits else self.setter, self.pace,
+                int(self.min_split / dtype.itemsize))
+
     def _on_pool(self, ins, out):
         """The call on the runtime, what is left to do about FP errors; None where it
         cannot take it (the caller's other path then runs)."""

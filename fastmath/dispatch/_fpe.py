@@ -138,6 +138,22 @@ def derive(ref, ins, out) -> int:
     return recorded(ref, *(np.broadcast_to(x, out.shape)[suspect] for x in ins))
 
 
+# What a kernel that keeps no flags must do about them now (``need``): nothing (no category
+# is watched), look for an inf or a NaN in its output, or leave the search to the front end
+# (underflow is watched, and leaves no trace in the output).
+NOTHING, LOOK, UNKNOWN = 0, 1, 2
+
+
+def need(fpe: bool) -> int:
+    """NOTHING, LOOK or UNKNOWN for a function that can raise flags (``fpe``) or not."""
+    if not fpe:
+        return NOTHING
+    modes = error_modes()
+    if not watched(True, modes):
+        return NOTHING
+    return UNKNOWN if underflow_matters(modes) else LOOK
+
+
 def underflow_matters(modes) -> bool:
     """Whether an underflow must be found: watched itself, or reported with the others to
     an ``errstate(call=...)`` callback, which NumPy hands every flag raised."""

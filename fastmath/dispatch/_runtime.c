@@ -1184,6 +1184,46 @@ static PyObject *py_vector(PyObject *self, PyObject *args)
     return r;
 }
 
+/* vml_entry(spec, x, out, check) -> bool or None: vml() or vector() on one operand, its
+ * settings in spec = (fn, bits, mode, setter, pace, min_split) (bits 0: a VML entry
+ * point), for a caller that makes the same call again and again (frontends/_hot.c). */
+static PyObject *py_vml_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 6) {
+        PyErr_SetString(PyExc_TypeError, "vml_entry((fn, bits, mode, setter, pace, min_split), "
+                                         "x, out, check)");
+        return NULL;
+    }
+    PyObject *const *spec = &PyTuple_GET_ITEM(args[0], 0);
+    unsigned long long fn = PyLong_AsUnsignedLongLong(spec[0]);
+    long bits = PyLong_AsLong(spec[1]);
+    long long mode = PyLong_AsLongLong(spec[2]);
+    unsigned long long setter = PyLong_AsUnsignedLongLong(spec[3]);
+    long pace = PyLong_AsLong(spec[4]);
+    Py_ssize_t min_split = PyLong_AsSsize_t(spec[5]);
+    int check = PyObject_IsTrue(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (fn == 0 || (bits != 0 && bits != 512 && bits != 256) || !pace_ok((int)pace)) {
+        PyErr_SetString(PyExc_ValueError, "vml_entry: a function address, bits 0, 256 or 512, "
+                                          "a pace from new_pace()");
+        return NULL;
+    }
+    if (bits != 0 && !vector_supported((int)bits)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *ins = PyTuple_Pack(1, args[1]);
+    if (ins == NULL) {
+        return NULL;
+    }
+    Vml v = {.fn = (void *)(uintptr_t)fn, .set = (set_local_fn)(uintptr_t)setter, .nin = 1,
+             .check = check, .mode = mode, .bits = (int)bits};
+    PyObject *r = vml_pieces(&v, ins, args[2], (int)pace, min_split, 0);
+    Py_DECREF(ins);
+    return r;
+}
+
 /* Records given back (free_pace) are handed out again, cleared: a program that builds its
  * kernels again and again (a reload of the configuration, a test suite) never runs out. */
 static int free_ids[MAXPACES];
@@ -1571,6 +1611,9 @@ static PyMethodDef methods[] = {
      "the function at address fn of one SIMD register of `bits` (512: AVX-512, 256: AVX2;\n"
      "SLEEF's Sleef_log1pf16_u10avx512f and the like) over x into out, as vml() runs VML's;\n"
      "the tail through one register of zeros"},
+    {"vml_entry", (PyCFunction)(void (*)(void))py_vml_entry, METH_FASTCALL,
+     "vml_entry((fn, bits, mode, setter, pace, min_split), x, out, check) -> bool or None:\n"
+     "vml() (bits 0) or vector() on one operand, the runtime's thread limit"},
     {"new_pace", py_new_pace, METH_NOARGS, "new_pace() -> a new pacing record's number"},
     {"free_pace", py_free_pace, METH_VARARGS,
      "free_pace(number): a record of new_pace()'s no longer used (its owner is gone)"},

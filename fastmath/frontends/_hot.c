@@ -33,7 +33,8 @@
 #include <numpy/arrayobject.h>
 
 enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
-       LEAN, NUMPY, SERIAL, UNARY, SMALLS, AUTOLEAN, REPORT, NSTATE };
+       LEAN, NUMPY, SERIAL, UNARY, SMALLS, AUTOLEAN, REPORT,
+       FORCED, VML, NEED, ERRSTATE, DERIVE, NSTATE };
 
 /* LEAN's entries: (dtype, loops, pace, smallest size on the runtime, largest size, the
  * result's dtype, the kernel); AUTOLEAN's: the same for a size class ``auto`` learned to
@@ -41,6 +42,10 @@ enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
  * (_learn.Settled: its ``left`` counts the calls down to the next revisit); loops None:
  * a class learned for the reference, called as it is */
 enum { L_DTYPE, L_LOOPS, L_PACE, L_MIN, L_MAX, L_OUT, L_KERNEL, L_SETTLED, L_N };
+/* FORCED's entries: (dtype, the runtime's VML call's settings, the backend's name, 0,
+ * largest size, the result's dtype, the kernel): a backend selected by name whose kernel
+ * runs VML's or SLEEF's entry point on the runtime (backends/_vml.py's vml_entry) */
+enum { F_SPEC = L_LOOPS, F_BACKEND = L_PACE };
 
 static PyObject *default_name;  /* "default": the selection state's attribute */
 /* Where that attribute, a slot of the state's class, lies in the object (and that class):
@@ -125,6 +130,21 @@ new_like(PyObject *x, PyObject *descr)
 
 static PyObject *run_unary(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out);
 
+/* Whether the call runs in one thread now (the one-thread context variable; 1 where it
+ * cannot be read): then the Python path takes it. */
+static int
+serial_now(PyObject *const *s)
+{
+    PyObject *serial = NULL;
+    if (PyContextVar_Get(s[SERIAL], NULL, &serial) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    int alone = serial != NULL && PyObject_IsTrue(serial) == 1;
+    Py_XDECREF(serial);
+    return alone;
+}
+
 /* Under the numpy backend, one contiguous array in a dtype its loop takes as it is (into
  * `out`, where the call gave one: see run_unary): the numpy backend's own call, made
  * here. NumPy's call below the size that splits (NULL with *ref set: the caller makes it,
@@ -194,14 +214,7 @@ fits(PyObject *e, PyObject *out)
 static PyObject *
 run_unary(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out)
 {
-    PyObject *serial = NULL;
-    if (PyContextVar_Get(s[SERIAL], NULL, &serial) < 0) {
-        PyErr_Clear();
-        return NULL;
-    }
-    int alone = serial != NULL && PyObject_IsTrue(serial) == 1;
-    Py_XDECREF(serial);
-    if (alone || s[UNARY] == Py_None || !PyCallable_Check(s[REPORT])
+    if (serial_now(s) || s[UNARY] == Py_None || !PyCallable_Check(s[REPORT])
             || (out != NULL && !fits(e, out))) {
         return NULL;
     }
@@ -300,6 +313,123 @@ lean_auto(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
         return NULL;
     }
     return run_unary(s, x, e, out);
+}
+
+/* What NumPy's error state asks of a kernel whose FP flags are not its own (NEED:
+ * dispatch/_fpe.need for this function): 0 nothing, 1 a look at the output for an inf
+ * or a NaN, 2 more (underflow is watched), -1 not known. Read again only when NumPy's
+ * error state object (ERRSTATE, its context variable) is another than last time: the
+ * object is held, so its identity is not reused while it is compared. */
+static PyObject *need_state;
+static int need_cached = -1;
+
+static int
+fp_need(PyObject *const *s)
+{
+    PyObject *state = NULL;
+    if (!PyContextVar_CheckExact(s[ERRSTATE]) || PyContextVar_Get(s[ERRSTATE], NULL, &state) < 0
+            || state == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (state == need_state && need_cached >= 0) {
+        Py_DECREF(state);
+        return need_cached;
+    }
+    PyObject *r = PyObject_CallNoArgs(s[NEED]);
+    long need = r != NULL ? PyLong_AsLong(r) : -1;
+    Py_XDECREF(r);
+    if (need < 0 || need > 2) {
+        PyErr_Clear();
+        Py_DECREF(state);
+        return -1;
+    }
+    Py_XSETREF(need_state, state);
+    need_cached = (int)need;
+    return need_cached;
+}
+
+/* Under a backend selected by name (mkl, torch-cpu), one C-contiguous array of a dtype its
+ * kernel runs on the runtime's VML call (into `out`, where the call gave one: as in
+ * run_unary): that call, made here (VML: _runtime.vml_entry), and NumPy's FP flags found
+ * as the kernel finds them (an inf or a NaN seen: DERIVE, which reports what NumPy would
+ * have raised). The Python path's layers around the same call (the kernel's checks, the
+ * error state's reading, the chain, the context variables) cost 4-5 us, a tenth of a call
+ * of exp on 10^5 float32 elements. NULL with no error set where the Python path is to
+ * take the call, nothing written. */
+static PyObject *
+lean_forced(PyObject *const *s, PyObject *x, PyObject *out)
+{
+    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
+    PyArrayObject *a = listed_array(s, s[FORCED], x);
+    if (a == NULL || s[VML] == Py_None || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need
+            || (out != NULL && !PyArray_SAMESHAPE(a, (PyArrayObject *)out))) {
+        return NULL;
+    }
+    PyObject *forced = s[FORCED], *e = NULL, *name = selected(s);
+    for (Py_ssize_t k = 0; name != NULL && k < PyList_GET_SIZE(forced); k++) {
+        PyObject *t = PyList_GET_ITEM(forced, k);
+        if (PyTuple_GET_ITEM(t, L_DTYPE) == (PyObject *)PyArray_DESCR(a)
+                && same_name(name, PyTuple_GET_ITEM(t, F_BACKEND))) {
+            e = t;
+            break;
+        }
+    }
+    Py_XDECREF(name);
+    if (e == NULL) {
+        return NULL;
+    }
+    npy_intp size = elements(a);
+    Py_ssize_t hi = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, L_MAX));
+    if (hi < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (size == 0 || size >= hi || (out != NULL && !fits(e, out))) {
+        return NULL;
+    }
+    if (out != NULL && out != x) { /* a partial overlap: the Python path copies */
+        char *xa = PyArray_BYTES(a), *oa = PyArray_BYTES((PyArrayObject *)out);
+        npy_intp xb = PyArray_NBYTES(a), ob = PyArray_NBYTES((PyArrayObject *)out);
+        if (xa < oa + ob && oa < xa + xb) {
+            return NULL;
+        }
+    }
+    if (serial_now(s)) {
+        return NULL;
+    }
+    int look = fp_need(s);
+    if (look < 0 || look > 1 || (look && out == x)) {
+        return NULL; /* underflow watched: the Python path's full check; in place: the
+                      * Python path keeps the input for the flags' derivation */
+    }
+    if (out != NULL) {
+        Py_INCREF(out);
+    }
+    else if ((out = new_like(x, PyTuple_GET_ITEM(e, L_OUT))) == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_INCREF(e); /* its kernel holds the pacing record in use */
+    PyObject *args[4] = {PyTuple_GET_ITEM(e, F_SPEC), x, out, look ? Py_True : Py_False};
+    PyObject *seen = PyObject_Vectorcall(s[VML], args, 4, NULL);
+    Py_DECREF(e);
+    if (seen == NULL || seen == Py_None) { /* an error; or None: not taken, nothing written */
+        Py_XDECREF(seen);
+        Py_DECREF(out);
+        return NULL;
+    }
+    int derive = look && seen == Py_True;
+    Py_DECREF(seen);
+    if (derive) {
+        PyObject *r = PyObject_CallFunctionObjArgs(s[DERIVE], x, out, NULL);
+        if (r == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    return out;
 }
 
 static int
@@ -424,6 +554,9 @@ hot_call(PyObject *state, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
             if (r == NULL && !ref && !PyErr_Occurred()) {
                 r = lean_auto(s, args[0], out, &ref);
             }
+            if (r == NULL && !ref && !PyErr_Occurred()) {
+                r = lean_forced(s, args[0], out);
+            }
             if (r != NULL || PyErr_Occurred()) {
                 if (r == NULL) { /* (errstate's raise, from _fpe.report) */
                     trim(s[TRIM]);
@@ -471,7 +604,8 @@ hot(PyObject *module, PyObject *state)
     PyObject *const *s = ((PyListObject *)state)->ob_item;
     if (!PyLong_Check(s[SMALL]) || !PyDict_Check(s[ONES]) || !PyLong_Check(s[NIN])
             || !PyType_Check(s[NDARRAY]) || !PyContextVar_CheckExact(s[SCOPED])
-            || !PyList_CheckExact(s[LEAN]) || !PyContextVar_CheckExact(s[SERIAL])) {
+            || !PyList_CheckExact(s[LEAN]) || !PyContextVar_CheckExact(s[SERIAL])
+            || !PyList_CheckExact(s[FORCED])) {
         PyErr_SetString(PyExc_TypeError, "hot(state): an item of state has the wrong type");
         return NULL;
     }

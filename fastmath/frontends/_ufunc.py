@@ -17,9 +17,9 @@ from . import _frames, _pipeline
 
 try:  # the fast path in C (fastmath/frontends/_hot.c), an optional extension
     from ._hot import direct as _direct, hot as _native_hot, vectorcalled as _vectorcalled
-    from ..dispatch._runtime import unary as _runtime_unary
+    from ..dispatch._runtime import unary as _runtime_unary, vml_entry as _runtime_vml
 except ImportError:
-    _native_hot = _runtime_unary = _vectorcalled = _direct = None
+    _native_hot = _runtime_unary = _runtime_vml = _vectorcalled = _direct = None
 
 _ndarray = np.ndarray
 _current = _selection.current
@@ -31,7 +31,11 @@ _LEAN = 10  # the index of _hot.c's list of the calls it makes itself
 _SMALLS = 14  # ... and of its sizes by dtype
 _AUTOLEAN = 15  # ... and of the calls it makes itself under auto (numpy backend, reference)
 _REPORT = 16  # ... and of what acts on those calls' FP flags
+_FORCED = 17  # ... and of the VML calls it makes itself under a backend chosen by name
+_NEED = 19  # ... and of what NumPy's error state asks of them (_fpe.need)
+_DERIVE = 21  # ... and of what reports their FP flags from input and output
 _LEARNED = {np.dtype(d): d for d in _learn.DTYPES}
+_VML_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # what VML's calls take
 _by_name: dict = {}  # registry name -> its instance: what a pickled one is found by
 _BIG = 1 << 62
 # types whose value is one element: sized without a call on the fast path
@@ -126,10 +130,14 @@ class Ufunc(functools.partial):
             # numpy backend's calls it makes itself (_remember_lean), "numpy", the
             # one-thread context variable, the runtime's call, the sizes by dtype (_smalls),
             # the numpy backend's calls it makes itself under auto (_remember_auto), what
-            # acts on the FP flags of those calls (_fpe.report for this function: __init__)
+            # acts on the FP flags of those calls (_fpe.report for this function: __init__),
+            # the VML calls it makes itself under a backend chosen by name
+            # (_remember_forced), the runtime's VML call, what NumPy's error state asks of
+            # it (__init__), NumPy's error state's context variable, what reports their
+            # flags from input and output (__init__)
             native = [None, 0, {}, fast, cls._nin, _ndarray, _selection._scoped, _state, "auto",
                       _frames.trim_all, [], "numpy", _parallel.serial, _runtime_unary, {}, [],
-                      None]
+                      None, [], _runtime_vml, None, _fpe._extobj, None]
             entry = _native_hot(native)
         self.__setstate__((entry, (), {}, None))  # (this empties the instance's __dict__)
         if native is not None:
@@ -143,6 +151,8 @@ class Ufunc(functools.partial):
         self.__name__ = self.__qualname__ = spec.named or spec.name  # the reference's
         if self._native is not None:
             self._native[_REPORT] = functools.partial(_fpe.report, self.__name__)
+            self._native[_NEED] = functools.partial(_fpe.need, spec.fpe)
+            self._native[_DERIVE] = self._report_derived
         # Below this size ``auto`` calls the reference at once. It comes from the cost
         # table, which is read at the first call, not at import: 0 until then, and 0
         # while debug logging is on, so that every call takes the logged path.
@@ -153,6 +163,7 @@ class Ufunc(functools.partial):
         self._lean: dict = {}  # operand dtypes -> their result dtype (see _pipeline.lean)
         self._lean_seen: set = set()  # dtypes _remember_lean has looked at
         self._auto_seen: dict = {}  # (dtype, size class) -> the learned choice remembered
+        self._forced_seen: set = set()  # (backend, dtype) _remember_forced has looked at
         module = spec.ref.partition(":")[0]
         # NumPy is imported already; SciPy is imported on the first call.
         self._ref = spec.reference() if module == "numpy" else self._load
@@ -233,7 +244,8 @@ class Ufunc(functools.partial):
 
     def __getattr__(self, name):
         if name.startswith("__") or name in ("_ref", "_spec", "_small", "_resolved", "_cells",
-                                             "_lean", "_lean_seen", "_auto_seen"):
+                                             "_lean", "_lean_seen", "_auto_seen",
+                                             "_forced_seen"):
             raise AttributeError(name)
         return getattr(self.reference, name)
 
@@ -277,6 +289,9 @@ class Ufunc(functools.partial):
         elif (sel == "numpy" and self._native is not None and len(xs) == 1
               and type(xs[0]) is _ndarray and xs[0].dtype not in self._lean_seen):
             self._remember_lean(xs[0].dtype)
+        elif (self._native is not None and len(xs) == 1 and type(xs[0]) is _ndarray
+              and xs[0].dtype in _VML_DTYPES and (sel, xs[0].dtype) not in self._forced_seen):
+            self._remember_forced(sel, xs[0].dtype)
         if not args and not kwargs:
             result = _pipeline.lean(self, xs)
             if result is not NotImplemented:
@@ -302,6 +317,28 @@ class Ufunc(functools.partial):
         entry = _lean_entry(chain[0][1], dt) if len(chain) == 1 else None
         if entry is not None:
             self._native[_LEAN].append(entry)
+
+    def _remember_forced(self, sel, dt):
+        """Let the C fast path (_hot.c) make the runtime's VML call itself, under backend
+        ``sel`` chosen by name, for one C-contiguous array of dtype ``dt``, where that
+        backend's kernel runs VML's or SLEEF's entry point on the runtime for it (its
+        ``vml_entry``, backends/_vml.py). Not while debug logging is on."""
+        if _log_state.on or _runtime_vml is None:
+            return
+        self._forced_seen.add((sel, dt))
+        chain = _selection.plan(self._spec, _pipeline.dtype_name(dt), 1)
+        vml_entry = getattr(chain[0][1], "vml_entry", None) if chain and chain[0][
+            0] == sel else None
+        spec = vml_entry(dt) if vml_entry is not None else None
+        if spec is not None and self._resolve((dt,), None)[-1] == dt:
+            self._native[_FORCED].append(
+                (dt, spec, sel, 0, _alloc.LARGE // dt.itemsize, dt, chain[0][1]))
+
+    def _report_derived(self, x, out):
+        """NumPy's FP flags for ``out`` computed from ``x`` by a kernel that keeps none,
+        acted on as NumPy's error state says (_hot.c, when its VML call saw an inf or a
+        NaN)."""
+        _fpe.report(self.__name__, self._derive((x,), out))
 
     def _remember_auto(self, x):
         """Let the C fast path (_hot.c) make the numpy backend's runtime call itself for
@@ -335,9 +372,11 @@ class Ufunc(functools.partial):
     def _forget_lean(self):
         self._lean_seen = set()
         self._auto_seen = {}
+        self._forced_seen = set()
         if self._native is not None:
             self._native[_LEAN] = []
             self._native[_AUTOLEAN] = []
+            self._native[_FORCED] = []
 
     def _resolve(self, types, dtype):
         """The loop's dtypes for operands ``types`` (dtypes, or a Python scalar's type)."""

@@ -972,3 +972,98 @@ def test_special_values_into_an_out_array_skip_the_general_parse(backend, name, 
     assert not general
     assert_same(o, want, ulps=ulps)
     assert_same(y, want, ulps=ulps)
+
+
+# --- a backend chosen by name: its runtime VML calls made by the fast path in C ----------
+
+VML_BACKENDS = [b for b in ("mkl", "torch-cpu") if b in BACKENDS]
+vml_native = pytest.mark.skipif(_ufunc._native_hot is None or _ufunc._runtime_vml is None
+                                or not VML_BACKENDS, reason="no extension, or no VML backend")
+
+
+def _kernel(backend, name):
+    from fastmath import backends
+    from fastmath._registry import BY_NAME
+
+    return backends.get(backend).kernel(BY_NAME[name])
+
+
+@vml_native
+@pytest.mark.parametrize("backend", VML_BACKENDS)
+@pytest.mark.parametrize("name", ["exp", "log", "log1p", "expm1", "erf"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_chosen_backends_vml_calls_are_made_in_c_as_its_kernel_makes_them(
+        backend, name, dtype, monkeypatch):
+    """Under mkl or torch-cpu chosen by name, a call on one contiguous array whose kernel
+    runs a VML (or SLEEF) entry point on the runtime is made by the fast path in C
+    (_hot.c's lean_forced: the Python path's layers cost 4-5 us, a tenth of a call of exp
+    on 10^5 float32 elements), with the bits of the kernel's own call, with and without
+    out=, in place too; NumPy's warnings at the caller's line."""
+    f = getattr(fastmath, name)
+    k = _kernel(backend, name)
+    if getattr(k, "vml_entry", None) is None or k.vml_entry(np.dtype(dtype)) is None:
+        pytest.skip(f"{backend}'s {name} does not run on the runtime's VML call here")
+    x = np.random.default_rng(3).uniform(0.01, 5, 10**5).astype(dtype)
+    want = np.empty_like(x)
+    assert k(x, want) == 0  # the kernel's own call (nothing to report: all finite)
+    with fastmath.backend(backend):
+        f(x)  # the first call, in Python, looks up what C may do
+        got, o, y = [], np.empty_like(x), x.copy()
+        assert _in_c(f, monkeypatch, lambda: got.append(f(x)), lambda: f(x, out=o),
+                     lambda: f(x, o)) == 3
+        with np.errstate(all="ignore"):  # (in place with flags watched: Python's, below)
+            assert _in_c(f, monkeypatch, lambda: f(y, out=y)) == 1
+    for g in (got[0], o, y):
+        assert g.dtype == x.dtype and g.tobytes() == want.tobytes()
+    if name != "exp":
+        return
+    big = np.full(10**5, 1000.0, dtype)  # overflows: NumPy's warning, at this line
+    with fastmath.backend(backend):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert _in_c(f, monkeypatch, lambda: f(big, out=o)) == 1
+        assert [str(m.message) for m in w] == ["overflow encountered in exp"]
+        assert w[0].filename == __file__ and np.isinf(o).all()
+        with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow"):
+            f(big)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert _in_c(f, monkeypatch, lambda: f(big, out=o)) == 1  # the state of its moment
+        with pytest.warns(RuntimeWarning, match="overflow encountered in exp"):
+            f(big)
+
+
+@vml_native
+@pytest.mark.parametrize("backend", VML_BACKENDS)
+def test_what_c_does_not_make_under_a_chosen_backend_goes_to_python(backend, monkeypatch):
+    f = fastmath.exp
+    x = np.linspace(-3, 3, 10**5)
+    tiny = np.full(10**5, -1000.0)  # underflows
+    with fastmath.backend(backend):
+        f(x)
+        calls = [lambda: f(x[::2]),  # strided
+                 lambda: f(x[:-1], out=x[1:].copy()),  # (no overlap: made in C)
+                 lambda: f(x, out=np.empty(x.shape, np.float32)),  # out= cast
+                 lambda: f(x[:-1], out=x[1:]),  # out= overlapping x
+                 lambda: f(x.astype(">f8")),  # not native byte order
+                 lambda: f(x, out=np.empty_like(x), where=x > 0)]  # an option more
+        assert _in_c(f, monkeypatch, *calls) == 1
+        y = tiny.copy()
+        with np.errstate(under="warn"), warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            # underflow watched: the Python path's full check, NumPy's warning
+            assert _in_c(f, monkeypatch, lambda: f(tiny), lambda: f(y, out=y)) == 0
+        with np.errstate(under="warn"), warnings.catch_warnings(record=True) as want:
+            warnings.simplefilter("always")
+            np.exp(tiny)
+        assert [str(m.message) for m in w] == [str(m.message) for m in want] * 2
+        big = np.full(10**5, 1000.0)
+        with pytest.warns(RuntimeWarning, match="overflow"):
+            # in place with the flags watched: the Python path keeps the input to derive them
+            assert _in_c(f, monkeypatch, lambda: f(big, out=big)) == 0
+        with _serial():  # a block of accelerate(elementwise=True)
+            assert _in_c(f, monkeypatch, lambda: f(x)) == 0
+    with fastmath.backend("numpy"):
+        f(x)
+        assert _in_c(f, monkeypatch, lambda: f(x)) == 1  # the numpy backend's, not VML's
+        assert f(x).tobytes() == np.exp(x).tobytes()
