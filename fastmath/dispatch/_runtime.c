@@ -589,7 +589,8 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     KEEP_FLAGS_END
 }
 
-static int fm_split(fm_pace *paces, fm_job *job, int threads)
+/* fm_split, or with `whole` 0, fm_split_or_say: a run to keep whole is the caller's. */
+static int split_or_whole(fm_pace *paces, fm_job *job, int threads, int whole)
 {
     threads = within(threads);
     if (threads <= 1 || !fm_begin()) {
@@ -602,7 +603,9 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
     int how = fm_decide(paces, job->n, &job->timed);
     if (how != FM_SPLIT) {
         fm_end();
-        run_whole(paces, job);
+        if (whole) {
+            run_whole(paces, job);
+        }
         return how;
     }
     int paced = atomic_load_explicit(&pacing, memory_order_relaxed);
@@ -627,6 +630,16 @@ static int fm_split(fm_pace *paces, fm_job *job, int threads)
     return FM_SPLIT;
 }
 
+static int fm_split(fm_pace *paces, fm_job *job, int threads)
+{
+    return split_or_whole(paces, job, threads, 1);
+}
+
+static int fm_split_or_say(fm_pace *paces, fm_job *job, int threads)
+{
+    return split_or_whole(paces, job, threads, 0);
+}
+
 /* A Python caller's records (new_pace()), for the other extensions; NULL for a bad number. */
 static fm_pace *fm_pace_by_id(int id)
 {
@@ -637,7 +650,7 @@ static PyObject *pace_dict(fm_pace *paces_of, intptr_t n);
 
 static fm_api api = {FM_API_VERSION, fm_split, fm_begin, fm_start, fm_finish, fm_end,
                      fm_threads, fm_pace_of, fm_decide, fm_kept, fm_judge,
-                     fm_pace_by_id, wall_ns_now, fm_alone_ns, pace_dict};
+                     fm_pace_by_id, wall_ns_now, fm_alone_ns, pace_dict, fm_split_or_say};
 
 /* ---- NumPy's strided loops, for the numpy backend -------------------------------- */
 

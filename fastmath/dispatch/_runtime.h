@@ -127,6 +127,10 @@ typedef struct {
     /* the record of runs of about n elements, for Python: {left, skip, since, kept,
      * one_thread (seconds, or None)} */
     PyObject *(*pace_dict)(fm_pace *paces, intptr_t n);
+    /* split() where a run kept whole is the caller's to make: FM_WHOLE_PACED or
+     * FM_WHOLE_SAMPLED returned, nothing run; the caller times it and hands it to kept()
+     * (the loop mode runs NumPy's loop whole from its trampoline's own frame) */
+    int (*split_or_say)(fm_pace *paces, fm_job *job, int threads);
 } fm_api;
 
 /* The runtime's interface, for the module init of an extension on it (include after
