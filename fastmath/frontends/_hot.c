@@ -44,7 +44,10 @@ enum { REF, SMALL, ONES, FALLBACK, NIN, NDARRAY, SCOPED, STATE, AUTO, TRIM,
 enum { L_DTYPE, L_LOOPS, L_PACE, L_MIN, L_MAX, L_OUT, L_KERNEL, L_SETTLED, L_N };
 /* FORCED's entries: (dtype, the runtime's VML call's settings, the backend's name, 0,
  * largest size, the result's dtype, the kernel): a backend selected by name whose kernel
- * runs VML's or SLEEF's entry point on the runtime (backends/_vml.py's vml_entry) */
+ * runs VML's or SLEEF's entry point on the runtime (backends/_vml.py's vml_entry);
+ * AUTOLEAN's for a size class auto learned to run on such a backend: the same, with the
+ * class's first and past-last size and the learned choice (a backend's name where the
+ * numpy backend's entries hold their pacing record's number) */
 enum { F_SPEC = L_LOOPS, F_BACKEND = L_PACE };
 
 static PyObject *default_name;  /* "default": the selection state's attribute */
@@ -129,6 +132,8 @@ new_like(PyObject *x, PyObject *descr)
 }
 
 static PyObject *run_unary(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out);
+static int vml_ready(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out);
+static PyObject *run_vml(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out, int look);
 
 /* Whether the call runs in one thread now (the one-thread context variable; 1 where it
  * cannot be read): then the Python path takes it. */
@@ -290,6 +295,11 @@ lean_auto(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
         return NULL; /* (an out= the runtime does not take: the learned choice's calls
                       * left are counted by the Python path's) */
     }
+    int vml = PyUnicode_Check(PyTuple_GET_ITEM(e, F_BACKEND)); /* a VML backend learned */
+    int look = vml ? vml_ready(s, x, e, out) : 0;
+    if (look < 0) {
+        return NULL;
+    }
     if (!selected_is(s, s[AUTO])) {
         return NULL;
     }
@@ -312,7 +322,7 @@ lean_auto(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
         *ref = 1; /* NumPy's call: its own FP reports */
         return NULL;
     }
-    return run_unary(s, x, e, out);
+    return vml ? run_vml(s, x, e, out, look) : run_unary(s, x, e, out);
 }
 
 /* What NumPy's error state asks of a kernel whose FP flags are not its own (NEED:
@@ -349,60 +359,40 @@ fp_need(PyObject *const *s)
     return need_cached;
 }
 
-/* Under a backend selected by name (mkl, torch-cpu), one C-contiguous array of a dtype its
- * kernel runs on the runtime's VML call (into `out`, where the call gave one: as in
- * run_unary): that call, made here (VML: _runtime.vml_entry), and NumPy's FP flags found
- * as the kernel finds them (an inf or a NaN seen: DERIVE, which reports what NumPy would
- * have raised). The Python path's layers around the same call (the kernel's checks, the
- * error state's reading, the chain, the context variables) cost 4-5 us, a tenth of a call
- * of exp on 10^5 float32 elements. NULL with no error set where the Python path is to
- * take the call, nothing written. */
-static PyObject *
-lean_forced(PyObject *const *s, PyObject *x, PyObject *out)
+/* Whether the runtime's VML call of entry e (FORCED's layout; AUTOLEAN's too, with the
+ * learned choice after it) may be made here on x into `out` (NULL: a new result): 1 with
+ * NumPy's flags watched (the output is looked at for an inf or a NaN), 0 without, -1
+ * where the Python path is to take the call (an out= of another dtype or layout, or
+ * overlapping x other than exactly; one thread asked for; underflow watched; in place
+ * with flags watched: the Python path keeps the input to derive them). */
+static int
+vml_ready(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out)
 {
-    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
-    PyArrayObject *a = listed_array(s, s[FORCED], x);
-    if (a == NULL || s[VML] == Py_None || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need
-            || (out != NULL && !PyArray_SAMESHAPE(a, (PyArrayObject *)out))) {
-        return NULL;
+    PyArrayObject *a = (PyArrayObject *)x;
+    if (s[VML] == Py_None || (out != NULL && !fits(e, out))) {
+        return -1;
     }
-    PyObject *forced = s[FORCED], *e = NULL, *name = selected(s);
-    for (Py_ssize_t k = 0; name != NULL && k < PyList_GET_SIZE(forced); k++) {
-        PyObject *t = PyList_GET_ITEM(forced, k);
-        if (PyTuple_GET_ITEM(t, L_DTYPE) == (PyObject *)PyArray_DESCR(a)
-                && same_name(name, PyTuple_GET_ITEM(t, F_BACKEND))) {
-            e = t;
-            break;
-        }
-    }
-    Py_XDECREF(name);
-    if (e == NULL) {
-        return NULL;
-    }
-    npy_intp size = elements(a);
-    Py_ssize_t hi = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, L_MAX));
-    if (hi < 0) {
-        PyErr_Clear();
-        return NULL;
-    }
-    if (size == 0 || size >= hi || (out != NULL && !fits(e, out))) {
-        return NULL;
-    }
-    if (out != NULL && out != x) { /* a partial overlap: the Python path copies */
+    if (out != NULL && out != x) {
         char *xa = PyArray_BYTES(a), *oa = PyArray_BYTES((PyArrayObject *)out);
         npy_intp xb = PyArray_NBYTES(a), ob = PyArray_NBYTES((PyArrayObject *)out);
         if (xa < oa + ob && oa < xa + xb) {
-            return NULL;
+            return -1;
         }
     }
     if (serial_now(s)) {
-        return NULL;
+        return -1;
     }
     int look = fp_need(s);
-    if (look < 0 || look > 1 || (look && out == x)) {
-        return NULL; /* underflow watched: the Python path's full check; in place: the
-                      * Python path keeps the input for the flags' derivation */
-    }
+    return look < 0 || look > 1 || (look && out == x) ? -1 : look;
+}
+
+/* The runtime's VML call of entry e (vml_ready said `look`), into `out` or a new result,
+ * and NumPy's FP flags found as the kernel finds them (an inf or a NaN seen: DERIVE, which
+ * reports what NumPy would have raised). NULL with no error set where the runtime did not
+ * take it (nothing written: the Python path's). */
+static PyObject *
+run_vml(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out, int look)
+{
     if (out != NULL) {
         Py_INCREF(out);
     }
@@ -430,6 +420,44 @@ lean_forced(PyObject *const *s, PyObject *x, PyObject *out)
         Py_DECREF(r);
     }
     return out;
+}
+
+/* Under a backend selected by name (mkl, torch-cpu), one C-contiguous array of a dtype its
+ * kernel runs on the runtime's VML call (into `out`, where the call gave one): that call,
+ * made here (run_vml). The Python path's layers around the same call (the kernel's
+ * checks, the error state's reading, the chain, the context variables) cost 4-5 us, a
+ * tenth of a call of exp on 10^5 float32 elements. NULL with no error set where the
+ * Python path is to take the call, nothing written. */
+static PyObject *
+lean_forced(PyObject *const *s, PyObject *x, PyObject *out)
+{
+    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
+    PyArrayObject *a = listed_array(s, s[FORCED], x);
+    if (a == NULL || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need
+            || (out != NULL && !PyArray_SAMESHAPE(a, (PyArrayObject *)out))) {
+        return NULL;
+    }
+    PyObject *forced = s[FORCED], *e = NULL, *name = selected(s);
+    for (Py_ssize_t k = 0; name != NULL && k < PyList_GET_SIZE(forced); k++) {
+        PyObject *t = PyList_GET_ITEM(forced, k);
+        if (PyTuple_GET_ITEM(t, L_DTYPE) == (PyObject *)PyArray_DESCR(a)
+                && same_name(name, PyTuple_GET_ITEM(t, F_BACKEND))) {
+            e = t;
+            break;
+        }
+    }
+    Py_XDECREF(name);
+    if (e == NULL) {
+        return NULL;
+    }
+    npy_intp size = elements(a);
+    Py_ssize_t hi = PyLong_AsSsize_t(PyTuple_GET_ITEM(e, L_MAX));
+    if (hi < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    int look = size == 0 || size >= hi ? -1 : vml_ready(s, x, e, out);
+    return look < 0 ? NULL : run_vml(s, x, e, out, look);
 }
 
 static int

@@ -327,12 +327,23 @@ class Ufunc(functools.partial):
             return
         self._forced_seen.add((sel, dt))
         chain = _selection.plan(self._spec, _pipeline.dtype_name(dt), 1)
-        vml_entry = getattr(chain[0][1], "vml_entry", None) if chain and chain[0][
-            0] == sel else None
-        spec = vml_entry(dt) if vml_entry is not None else None
-        if spec is not None and self._resolve((dt,), None)[-1] == dt:
-            self._native[_FORCED].append(
-                (dt, spec, sel, 0, _alloc.LARGE // dt.itemsize, dt, chain[0][1]))
+        entry = self._vml_entry(chain, dt) if chain and chain[0][0] == sel else None
+        if entry is not None:
+            self._native[_FORCED].append(entry)
+
+    def _vml_entry(self, chain, dt):
+        """_hot.c's entry for the runtime's VML call of the first kernel of ``chain`` (a
+        backend's that runs VML's or SLEEF's entry point there: its ``vml_entry``) on one
+        array of dtype ``dt`` with a result of that dtype: (dtype, the call's settings, the
+        backend's name, 0, largest size, the result's dtype, the kernel); None where it
+        has none."""
+        name, kernel = chain[0]
+        vml_entry = getattr(kernel, "vml_entry", None)
+        if vml_entry is None or dt not in _VML_DTYPES or self._resolve((dt,), None)[-1] != dt:
+            return None
+        spec = vml_entry(dt)
+        return None if spec is None else (dt, spec, name, 0, _alloc.LARGE // dt.itemsize, dt,
+                                          kernel)
 
     def _report_derived(self, x, out):
         """NumPy's FP flags for ``out`` computed from ``x`` by a kernel that keeps none,
@@ -343,7 +354,8 @@ class Ufunc(functools.partial):
     def _remember_auto(self, x):
         """Let the C fast path (_hot.c) make the numpy backend's runtime call itself for
         one C-contiguous array of a dtype and size class that ``auto`` learned to run on
-        that backend, and the reference's call for a class learned for the reference
+        that backend (or the runtime's VML call, for mkl or torch-cpu learned: see
+        ``_remember_forced``), and the reference's call for a class learned for the reference
         (where the classes below it run a backend, the fast path's size test does not
         reach it), while the learned choice holds (its revisit is the Python path's): the
         learned table's path in Python costs 2-5 us a call, a tenth of a call of log on
@@ -362,7 +374,7 @@ class Ufunc(functools.partial):
         entries = [e for e in self._native[_AUTOLEAN] if (e[0], e[3]) != (x.dtype, lo)]
         chain = settled.chain
         entry = _lean_entry(chain[0][1], x.dtype) if len(chain) == 1 and chain[0][
-            0] == "numpy" else None
+            0] == "numpy" else self._vml_entry(chain, x.dtype) if chain else None
         if entry is not None and entry[3] <= lo:  # (the class's sizes all run on the runtime)
             entries.append(entry[:3] + (lo, min(hi, entry[4])) + entry[5:] + (settled,))
         elif not chain:  # the reference's own call

@@ -839,6 +839,52 @@ def test_a_learned_classs_calls_into_an_out_array_run_from_the_c_fast_path(learn
     assert planned == []
 
 
+@pytest.mark.parametrize("choice", ["torch-cpu", "mkl"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_class_learned_for_a_vml_backend_runs_from_the_c_fast_path(learn, monkeypatch,
+                                                                      choice, dtype):
+    """A size class learned for mkl or torch-cpu, whose kernel runs VML's (or SLEEF's)
+    entry point on the runtime, has its calls made by the ufuncs' C fast path (the Python
+    path around the same call cost 4-5 us: where those backends beat NumPy, 10^5 float32
+    elements of exp take 20-40 us), with the kernel's own bits, into out= too, NumPy's
+    warning from the caller's line, and the revisit's call in Python."""
+    pytest.importorskip("fastmath.frontends._hot")
+    if choice not in fastmath.available_backends():
+        pytest.skip(f"{choice} is not available")
+    x = np.linspace(0.1, 1, N).astype(dtype)
+    fastmath.exp(x)  # the cell, learning
+    key = ("exp", dtype, _learn.size_class(x.size), 0)
+    cell = _learn.cells[key]
+    if choice not in cell.chains:
+        pytest.skip(f"auto does not try {choice} for exp({dtype}) here")
+    kernel = cell.chains[choice][0][1]
+    if getattr(kernel, "vml_entry", None) is None or kernel.vml_entry(x.dtype) is None:
+        pytest.skip(f"{choice}'s exp does not run on the runtime's VML call here")
+    cell.choice, cell.learning, cell.medians = choice, False, {choice: 1e-5}
+    _learn._settle(cell)
+    want = np.empty_like(x)
+    assert kernel(x, want) == 0
+    fastmath.exp(x)  # (hands the class to the C path)
+    planned = []
+    real = _selection.plan
+    monkeypatch.setattr(_selection, "plan", lambda *a: planned.append(a[1]) or real(*a))
+    o = np.empty_like(x)
+    for _ in range(5):
+        assert fastmath.exp(x).tobytes() == want.tobytes()
+        assert fastmath.exp(x, out=o) is o and o.tobytes() == want.tobytes()
+    assert planned == []
+    big = np.full(N, 1000.0, dtype)
+    with warnings.catch_warnings(record=True) as got, np.errstate(over="warn"):
+        warnings.simplefilter("always")
+        assert np.isinf(fastmath.exp(big)).all()
+    assert [str(w.message) for w in got] == ["overflow encountered in exp"]
+    assert got[0].filename == __file__ and planned == []
+    _learn.settled[key].left = 2
+    fastmath.exp(x)
+    fastmath.exp(x)
+    assert planned == [dtype]  # the revisit's call: in Python, learning again
+
+
 def test_only_the_dtypes_with_ulp_bounds_are_learned(learn):
     x = np.linspace(0.1, 1, N).astype(np.float16)
     for _ in range(5):
