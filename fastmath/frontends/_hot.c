@@ -326,16 +326,21 @@ lean_auto(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
 }
 
 /* What NumPy's error state asks of a kernel whose FP flags are not its own (NEED:
- * dispatch/_fpe.need for this function): 0 nothing, 1 a look at the output for an inf
- * or a NaN, 2 more (underflow is watched), -1 not known. Read again only when NumPy's
- * error state object (ERRSTATE, its context variable) is another than last time: the
- * object is held, so its identity is not reused while it is compared. */
+ * dispatch/_fpe.need for a function that can raise flags; None for one that raises
+ * none): 0 nothing, 1 a look at the output for an inf or a NaN, 2 more (underflow is
+ * watched), -1 not known. Read again only when NumPy's error state object (ERRSTATE, its
+ * context variable) is another than last time: the object is held, so its identity is
+ * not reused while it is compared; what is kept is the same for every function that can
+ * raise flags. */
 static PyObject *need_state;
 static int need_cached = -1;
 
 static int
 fp_need(PyObject *const *s)
 {
+    if (s[NEED] == Py_None) {
+        return 0;
+    }
     PyObject *state = NULL;
     if (!PyContextVar_CheckExact(s[ERRSTATE]) || PyContextVar_Get(s[ERRSTATE], NULL, &state) < 0
             || state == NULL) {

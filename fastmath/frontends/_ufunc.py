@@ -151,7 +151,9 @@ class Ufunc(functools.partial):
         self.__name__ = self.__qualname__ = spec.named or spec.name  # the reference's
         if self._native is not None:
             self._native[_REPORT] = functools.partial(_fpe.report, self.__name__)
-            self._native[_NEED] = functools.partial(_fpe.need, spec.fpe)
+            # (None: the function raises none of NumPy's flags. The C side keeps what the
+            # error state asks by the state object, shared by every function that can)
+            self._native[_NEED] = functools.partial(_fpe.need, True) if spec.fpe else None
             self._native[_DERIVE] = self._report_derived
         # Below this size ``auto`` calls the reference at once. It comes from the cost
         # table, which is read at the first call, not at import: 0 until then, and 0
