@@ -52,8 +52,11 @@ A settled cell costs a dict lookup and a decrement per call. After REVISIT calls
 learned again (only the arms that do not lose at once cost anything, and those that lost
 by NEARBY times are tried at one revisit in RETRY_FAR only), the interval
 doubling while the choice holds, back to REVISIT when it changes or when the winner's
-time moves by half (a busy core, a laptop on battery). A change of the thread budget
-(``fastmath.dispatch._config.reload``) starts afresh.
+time moves by half (a busy core, a laptop on battery). A choice taken from an earlier run
+(or from a calibration run) is first revisited after FIRST_REVISIT calls: a choice stored
+when torch's expm1 took 6 ms on 10^7 float64 elements held for 1000 calls of 20 ms each,
+where NumPy's took 12 ms, with another process busy on one core. A change of the thread
+budget (``fastmath.dispatch._config.reload``) starts afresh.
 
 A backend whose library is not imported yet (torch takes 1.5 s) joins a cell only once
 the cell has done DEFER seconds of work: the import then costs the program at most a few
@@ -110,6 +113,9 @@ TIE = 0.05  # ... but NumPy's own loops on the runtime win when this close behin
 # a revisit; traced, a core taken during the learning had the numpy backend 4% behind
 # the reference at log float64 10^5 elements, and 1.8x faster in the calls after)
 REVISIT, REVISIT_MOST = 1000, 64000  # calls between revisits of a settled cell
+# calls before the first revisit of a choice taken from an earlier run or a calibration
+# run: the machine may have changed since (another process busy, another library build)
+FIRST_REVISIT = 16
 MOVED = 0.5  # a winner whose typical time moved by this much since it settled: learn afresh
 DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (3% of 1.5 s)
 SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
@@ -593,7 +599,7 @@ def _restore(cell) -> bool:
     cell.choice, cell.medians = rec["choice"], dict(rec["medians"])
     cell.samples, cell.when = rec["samples"], rec["when"]
     cell.source, cell.learning = "learned here in an earlier run", False
-    settled[cell.key] = Settled(_chain_of(cell), REVISIT)
+    settled[cell.key] = Settled(_chain_of(cell), FIRST_REVISIT)
     _move_floor(cell.key[0])
     _say("starts", cell)
     return True
@@ -605,7 +611,7 @@ def _calibrated(cell, first, source) -> bool:
     if source == "defaults" or not _runs(cell, first):
         return False
     cell.choice, cell.learning, cell.source = first, False, f"calibration run ({source})"
-    settled[cell.key] = Settled(_chain_of(cell), REVISIT)
+    settled[cell.key] = Settled(_chain_of(cell), FIRST_REVISIT)
     _say("starts", cell)
     return True
 

@@ -949,6 +949,22 @@ def test_what_is_learned_is_stored_and_used_by_the_next_run(learn):
         "learned here in an earlier run"
 
 
+def test_a_stored_choice_that_no_longer_wins_is_learned_again_soon(learn):
+    # the machine changes between runs (another process busy, another library build): a
+    # stored choice is revisited after a few calls, not after REVISIT
+    arms = Arms(learn, {"reference": 10e-6, "fast": 4e-6})
+    run(arms, 20)
+    assert settled_on() == "fast"
+    _learn.save()
+    _config.reload()  # a new run, where "fast" now takes 5 times the reference's time
+    arms.costs["fast"] = 50e-6
+    arms.ran.clear()
+    run(arms, _learn.FIRST_REVISIT + 2 * _learn.SAMPLES + 8)
+    assert arms.ran[:_learn.FIRST_REVISIT] == ["fast"] * _learn.FIRST_REVISIT
+    assert settled_on() == "reference"
+    assert _learn.FIRST_REVISIT < _learn.REVISIT // 10
+
+
 def test_runs_merge_into_one_store(learn):
     run(Arms(learn, {"reference": 10e-6, "fast": 4e-6}), 20)
     _learn.save()
