@@ -116,8 +116,9 @@ static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
  * that spins reads the call's line, which its caller writes twice a call (start, finish),
  * and nothing else is written there; `active` has a line of its own, and so does the
  * pool's lock, which one user thread calling takes and gives back alone. (With these
- * beside each other and beside the counters and settings, every call moved the one line
- * between the cores six times or more, each move a dependent step of 100-200 ns here.) */
+ * beside each other and beside the counters and settings, a worker began its piece
+ * 760-900 ns after its call began, and a call with nothing to do cost 0.58-0.65 us; with
+ * the job's layout and the FP controls below, 90-450 ns and 0.32-0.36 us.) */
 static struct {
     _Alignas(64) fm_job *_Atomic current;
     atomic_ulong generation; /* one more per call started */
