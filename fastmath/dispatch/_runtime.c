@@ -655,6 +655,14 @@ static fm_api api = {FM_API_VERSION, fm_split, fm_begin, fm_start, fm_finish, fm
 
 /* ---- NumPy's strided loops, for the numpy backend -------------------------------- */
 
+/* Whether n elements of x (of xs bytes each, contiguous) and of out overlap other than
+ * exactly (in place): pieces run in any order would then read what others wrote. */
+static int partly_overlaps(const char *xp, npy_intp xs, const char *op, npy_intp os,
+                           npy_intp n)
+{
+    return !(xp == op && xs == os) && xp < op + n * os && op < xp + n * xs;
+}
+
 static void strided(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
     CallInfo *info = data;
@@ -771,8 +779,8 @@ static PyObject *py_unary(PyObject *self, PyObject *const *args, Py_ssize_t narg
     for (int k = 0; k < nin; k++) {
         char *xp = PyArray_BYTES(x[k]);
         npy_intp xs = PyArray_ITEMSIZE(x[k]);
-        if (!(xp == op && xs == os) && xp < op + n * os && op < xp + n * xs) {
-            Py_RETURN_NONE; /* a partial overlap: NumPy buffers it */
+        if (partly_overlaps(xp, xs, op, os, n)) {
+            Py_RETURN_NONE; /* NumPy buffers it */
         }
         job.args[k] = xp;
         job.steps[k] = xs;
@@ -1095,8 +1103,10 @@ static PyObject *vml_pieces(Vml *v, PyObject *ins, PyObject *oo, int pace,
     }
     for (int k = 0; k < nin; k++) {
         if (PyArray_TYPE(arr[k]) != t || PyArray_SIZE(arr[k]) != n
-                || !PyArray_ISNOTSWAPPED(arr[k])) {
-            Py_RETURN_NONE;
+                || !PyArray_ISNOTSWAPPED(arr[k])
+                || partly_overlaps(PyArray_BYTES(arr[k]), PyArray_ITEMSIZE(arr[k]),
+                                   PyArray_BYTES(out), PyArray_ITEMSIZE(out), n)) {
+            Py_RETURN_NONE; /* (a partial overlap: the caller's other path copies) */
         }
     }
     if (!PyArray_ISNOTSWAPPED(out)) {

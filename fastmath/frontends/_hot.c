@@ -367,24 +367,14 @@ fp_need(PyObject *const *s)
 /* Whether the runtime's VML call of entry e (FORCED's layout; AUTOLEAN's too, with the
  * learned choice after it) may be made here on x into `out` (NULL: a new result): 1 with
  * NumPy's flags watched (the output is looked at for an inf or a NaN), 0 without, -1
- * where the Python path is to take the call (an out= of another dtype or layout, or
- * overlapping x other than exactly; one thread asked for; underflow watched; in place
- * with flags watched: the Python path keeps the input to derive them). */
+ * where the Python path is to take the call (an out= of another dtype or layout; one
+ * thread asked for; underflow watched; in place with flags watched: the Python path keeps
+ * the input to derive them). An out= overlapping x other than exactly the runtime's call
+ * declines, nothing written (run_vml: the Python path's, which copies). */
 static int
 vml_ready(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out)
 {
-    PyArrayObject *a = (PyArrayObject *)x;
-    if (s[VML] == Py_None || (out != NULL && !fits(e, out))) {
-        return -1;
-    }
-    if (out != NULL && out != x) {
-        char *xa = PyArray_BYTES(a), *oa = PyArray_BYTES((PyArrayObject *)out);
-        npy_intp xb = PyArray_NBYTES(a), ob = PyArray_NBYTES((PyArrayObject *)out);
-        if (xa < oa + ob && oa < xa + xb) {
-            return -1;
-        }
-    }
-    if (serial_now(s)) {
+    if (s[VML] == Py_None || (out != NULL && !fits(e, out)) || serial_now(s)) {
         return -1;
     }
     int look = fp_need(s);
