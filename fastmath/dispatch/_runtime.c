@@ -1179,6 +1179,22 @@ static PyObject *py_vml(PyObject *self, PyObject *args)
     return vml_pieces(&v, ins, oo, pace, min_split, threads);
 }
 
+/* vml_pieces on one operand x; None where v's vector function cannot run on this CPU. */
+static PyObject *one_operand(Vml *v, PyObject *x, PyObject *oo, int pace, Py_ssize_t min_split,
+                             int threads)
+{
+    if (v->bits != 0 && !vector_supported(v->bits)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *ins = PyTuple_Pack(1, x);
+    if (ins == NULL) {
+        return NULL;
+    }
+    PyObject *r = vml_pieces(v, ins, oo, pace, min_split, threads);
+    Py_DECREF(ins);
+    return r;
+}
+
 /* vector(fn, bits, x, out, pace, min_split, threads, check) -> bool or None */
 static PyObject *py_vector(PyObject *self, PyObject *args)
 {
@@ -1195,17 +1211,8 @@ static PyObject *py_vector(PyObject *self, PyObject *args)
                                           "pace from new_pace(), min_split, threads, check)");
         return NULL;
     }
-    if (!vector_supported(bits)) {
-        Py_RETURN_NONE;
-    }
-    PyObject *ins = PyTuple_Pack(1, x);
-    if (ins == NULL) {
-        return NULL;
-    }
     Vml v = {.fn = (void *)(uintptr_t)fn, .nin = 1, .check = check, .bits = bits};
-    PyObject *r = vml_pieces(&v, ins, oo, pace, min_split, threads);
-    Py_DECREF(ins);
-    return r;
+    return one_operand(&v, x, oo, pace, min_split, threads);
 }
 
 /* vml_entry(spec, x, out, check) -> bool or None: vml() or vector() on one operand, its
@@ -1234,18 +1241,9 @@ static PyObject *py_vml_entry(PyObject *self, PyObject *const *args, Py_ssize_t 
                                           "a pace from new_pace()");
         return NULL;
     }
-    if (bits != 0 && !vector_supported((int)bits)) {
-        Py_RETURN_NONE;
-    }
-    PyObject *ins = PyTuple_Pack(1, args[1]);
-    if (ins == NULL) {
-        return NULL;
-    }
     Vml v = {.fn = (void *)(uintptr_t)fn, .set = (set_local_fn)(uintptr_t)setter, .nin = 1,
              .check = check, .mode = mode, .bits = (int)bits};
-    PyObject *r = vml_pieces(&v, ins, args[2], (int)pace, min_split, 0);
-    Py_DECREF(ins);
-    return r;
+    return one_operand(&v, args[1], args[2], (int)pace, min_split, 0);
 }
 
 /* Records given back (free_pace) are handed out again, cleared: a program that builds its
