@@ -103,6 +103,20 @@ listed_array(PyObject *const *s, PyObject *list, PyObject *x)
     return (PyArrayObject *)x;
 }
 
+/* x as an array, where `list` is not empty and x is one of one or more dimensions, aligned
+ * and C-contiguous, of the shape of `out` where the call gave one */
+static PyArrayObject *
+contiguous_listed(PyObject *const *s, PyObject *list, PyObject *x, PyObject *out)
+{
+    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
+    PyArrayObject *a = listed_array(s, list, x);
+    if (a == NULL || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need
+            || (out != NULL && !PyArray_SAMESHAPE(a, (PyArrayObject *)out))) {
+        return NULL;
+    }
+    return a;
+}
+
 static npy_intp
 elements(PyArrayObject *a)
 {
@@ -265,10 +279,8 @@ run_unary(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out)
 static PyObject *
 lean_auto(PyObject *const *s, PyObject *x, PyObject *out, int *ref)
 {
-    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
-    PyArrayObject *a = listed_array(s, s[AUTOLEAN], x);
-    if (a == NULL || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need
-            || (out != NULL && !PyArray_SAMESHAPE(a, (PyArrayObject *)out))) {
+    PyArrayObject *a = contiguous_listed(s, s[AUTOLEAN], x, out);
+    if (a == NULL) {
         return NULL;
     }
     PyObject *lean = s[AUTOLEAN];
@@ -426,10 +438,8 @@ run_vml(PyObject *const *s, PyObject *x, PyObject *e, PyObject *out, int look)
 static PyObject *
 lean_forced(PyObject *const *s, PyObject *x, PyObject *out)
 {
-    int need = NPY_ARRAY_ALIGNED | NPY_ARRAY_C_CONTIGUOUS;
-    PyArrayObject *a = listed_array(s, s[FORCED], x);
-    if (a == NULL || PyArray_NDIM(a) == 0 || (PyArray_FLAGS(a) & need) != need
-            || (out != NULL && !PyArray_SAMESHAPE(a, (PyArrayObject *)out))) {
+    PyArrayObject *a = contiguous_listed(s, s[FORCED], x, out);
+    if (a == NULL) {
         return NULL;
     }
     PyObject *forced = s[FORCED], *e = NULL, *name = selected(s);
