@@ -19,6 +19,7 @@ on (exp of 10^5 float32: 160 us against torch's own 73).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -346,8 +347,6 @@ def _torch_cpu_library():
     global _library
     if _library is None:
         try:
-            import ctypes
-
             path = os.path.join(os.path.dirname(_torch.__file__), "lib", "libtorch_cpu.so")
             _library = ctypes.CDLL(path)  # loaded already: the same handle
             _library.MKL_Set_Num_Threads_Local  # noqa: B018 - built with MKL
@@ -379,7 +378,7 @@ def _route(fn, spec):
     lib = _torch_cpu_library()
     candidates = []
     name = spec.kernels.get("mkl")
-    if name is not None:
+    if name is not None and not _vml_bound_elsewhere(lib):
         try:
             candidates.append(({dt: address(getattr(lib, f"{p}{name}_64"))
                                 for dt, p in _VML_PREFIX.items()},
@@ -398,6 +397,57 @@ def _route(fn, spec):
         if all(_same_as_torch(kernel, fn, spec, dt) for dt in _VML_PREFIX):
             return route
     return None
+
+
+# What torch's VML entry points call inside its copy of MKL (its threaders, by dtype)
+_VML_SERVICE = ("mkl_vml_serv_threader_s_1i_1o", "mkl_vml_serv_threader_d_1i_1o")
+
+
+def _vml_bound_elsewhere(lib) -> bool:
+    """Whether torch's copy of MKL would call another MKL's services: where oneMKL's own
+    library (the mkl backend's ``libmkl_rt``, a NumPy built on MKL) made them global before
+    ``libtorch_cpu`` was loaded, the dynamic linker bound ``libtorch_cpu``'s calls of the
+    services it exports to that library's, and torch's VML entry points called directly
+    crash there (measured on an Intel Xeon: a segfault in libmkl_intel_thread's threader,
+    or "cpu specific dynamic library is not loaded" and an exit). An MKL loaded after
+    torch is harmless: torch's calls were bound as it loaded (Python loads with RTLD_NOW)."""
+    everywhere = ctypes.CDLL(None)
+    others = set()
+    for name in _VML_SERVICE:
+        found = getattr(everywhere, name, None)
+        if found is not None and address(found) != address(getattr(lib, name)):
+            info = _DlInfo()
+            if not everywhere.dladdr(ctypes.c_void_p(address(found)), ctypes.byref(info)):
+                return True
+            others.add(info.fname)
+    if not others:
+        return False
+    order = _loaded_in_order(everywhere)
+    torch_at = next((i for i, n in enumerate(order) if n.endswith(b"/libtorch_cpu.so")), -1)
+    return any(n not in order or order.index(n) < torch_at for n in others)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+
+class _PhdrInfo(ctypes.Structure):  # the head of glibc's struct dl_phdr_info
+    _fields_ = [("addr", ctypes.c_void_p), ("name", ctypes.c_char_p)]
+
+
+def _loaded_in_order(libc):
+    """The paths of the libraries loaded in this process, in the order they were loaded."""
+    names = []
+    step = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_PhdrInfo), ctypes.c_size_t,
+                            ctypes.c_void_p)
+
+    def visit(info, size, data):
+        names.append(info.contents.name or b"")
+        return 0
+
+    libc.dl_iterate_phdr(step(visit), None)
+    return names
 
 
 # SLEEF's vector functions in libtorch_cpu, which torch's own loops call on this CPU: the

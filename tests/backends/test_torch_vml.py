@@ -3,6 +3,10 @@ over one of SLEEF's vector functions (log1p, expm1), the torch-cpu backend runs 
 point of torch's own library on fastmath's runtime: torch's very bits, split over the pool,
 NumPy's flags read from each piece while it is in cache, never from a second pass over the
 whole output."""
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -139,3 +143,39 @@ def test_an_output_overlapping_the_input_other_than_exactly_is_declined(name):
     y = x.copy()
     assert _runtime.vml_entry(spec, y, y, True) is False  # exactly in place: taken
     assert y.tobytes() == torch_op(name, x).tobytes()
+
+
+@pytest.mark.skipif(backends.why_unavailable("mkl") is not None, reason="MKL is not installed")
+def test_torch_after_oneMKL_in_one_process_gives_torchs_bits():
+    # oneMKL's library loaded before torch makes its services global, and the dynamic linker
+    # binds torch's copy of MKL to them: torch's VML entry points called directly then
+    # crashed (a segfault on an Intel Xeon). The mkl backend first, torch-cpu after, in a
+    # process of its own; and the other order, where torch's entry points stay usable.
+    code = textwrap.dedent("""
+        import sys, numpy as np, fastmath
+        from fastmath import backends
+        from fastmath._registry import BY_NAME
+        import fastmath.dispatch._runtime as rt
+        rt.set_pacing(False)  # every call split over the pool
+        if sys.argv[1] == "torch":
+            import torch
+        with fastmath.backend("mkl"):
+            fastmath.exp(np.ones(10**5, np.float32)), fastmath.exp(np.ones(10**5))
+        import torch
+        on_runtime = []
+        for name in ("exp", "log", "erf"):
+            k = backends.get("torch-cpu").kernel(BY_NAME[name])
+            on_runtime.append(hasattr(k, "vml_entry"))
+            fn = torch.special.erf if name == "erf" else getattr(torch, name)
+            for dt in (np.float32, np.float64):
+                x = np.linspace(0.01, 4, 10**5 + 3, dtype=dt)
+                with fastmath.backend("torch-cpu"):
+                    got = getattr(fastmath, name)(x)
+                assert got.tobytes() == fn(torch.from_numpy(x)).numpy().tobytes(), name
+        print(on_runtime)
+    """)
+    for first, routed in (("mkl", "[False, False, False]"), ("torch", "[True, True, True]")):
+        r = subprocess.run([sys.executable, "-c", code, first], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.split() == routed.split(), first
