@@ -161,22 +161,34 @@ static long long fm_alone_ns(const fm_job *job)
     return job->caller_n > 0 ? (long long)((double)job->caller_ns * job->n / job->caller_n) : -1;
 }
 
-static intptr_t run_pieces(fm_job *job)
+/* The pieces of the caller's (home 0) and of each worker's range (its seat), then the
+ * others' where any are left. The same thread takes the same range call after call, so
+ * a program that calls again on the same arrays finds each part in the cache of the core
+ * that made it: with one counter for all, the pieces fell to the threads in a new order
+ * each call, and the data moved between cores every time (Intel Xeon, 2 vCPUs: exp of
+ * 10^5 float32 split, VML, no faster than whole). */
+static intptr_t run_pieces(fm_job *job, int home)
 {
     intptr_t ran = 0;
-    for (;;) {
-        intptr_t start = atomic_fetch_add_explicit(&job->next, job->piece, memory_order_relaxed);
-        if (start >= job->n) {
-            return ran;
+    int homes = job->homes;
+    for (int k = 0; k < homes; k++) {
+        int h = (home + k) % homes;
+        for (;;) {
+            intptr_t start = atomic_fetch_add_explicit(&job->next[h], job->piece,
+                                                       memory_order_relaxed);
+            if (start >= job->end[h]) {
+                break;
+            }
+            intptr_t count = job->end[h] - start < job->piece ? job->end[h] - start : job->piece;
+            ran += count;
+            char *args[FM_MAXARGS];
+            for (int a = 0; a < job->nargs; a++) {
+                args[a] = job->args[a] + start * job->steps[a];
+            }
+            job->loop(args, &count, job->steps, job->data);
         }
-        intptr_t count = job->n - start < job->piece ? job->n - start : job->piece;
-        ran += count;
-        char *args[FM_MAXARGS];
-        for (int k = 0; k < job->nargs; k++) {
-            args[k] = job->args[k] + start * job->steps[k];
-        }
-        job->loop(args, &count, job->steps, job->data);
     }
+    return ran;
 }
 
 /* Wait until a call newer than *seen starts: spin for spin_ns, then park. The first
@@ -308,7 +320,8 @@ static void *worker(void *unused)
         /* finished meanwhile (the caller did it all), or the call's threads are all there:
          * a pool started for more threads than a later call may use (a lowered limit,
          * threadpoolctl's) keeps its extra workers out of it */
-        if (atomic_load(&pool.current) != job || atomic_fetch_sub(&job->seats, 1) <= 0) {
+        int seat;
+        if (atomic_load(&pool.current) != job || (seat = atomic_fetch_sub(&job->seats, 1)) <= 0) {
             atomic_fetch_sub(&pool.active, 1);
             continue;
         }
@@ -317,7 +330,7 @@ static void *worker(void *unused)
             move_off(job->cpu);
         }
         fp_take(&job->fp);
-        run_pieces(job);
+        run_pieces(job, seat % job->homes);
         int raised = fetestexcept(FLAGS);
         if (raised) {
             atomic_fetch_or(&job->flags, raised);
@@ -391,7 +404,13 @@ static int fm_threads(void) { return atomic_load_explicit(&nthreads, memory_orde
 
 static int fm_start(fm_job *job, int threads)
 {
-    atomic_init(&job->next, 0);
+    intptr_t pieces = (job->n + job->piece - 1) / job->piece;
+    job->homes = threads < FM_HOMES ? threads : FM_HOMES;
+    for (int h = 0; h < job->homes; h++) {
+        intptr_t end = pieces * (h + 1) / job->homes * job->piece;
+        atomic_init(&job->next[h], pieces * h / job->homes * job->piece);
+        job->end[h] = end < job->n ? end : job->n;
+    }
     atomic_init(&job->flags, 0);
     atomic_init(&job->seats, threads - 1);
     atomic_init(&job->joined, 0);
@@ -426,11 +445,11 @@ static void fm_finish(fm_job *job)
     job->caller_ns = 0;
     if (job->timed) {
         long long t0 = thread_cpu_ns();
-        job->caller_n = run_pieces(job);
+        job->caller_n = run_pieces(job, 0);
         job->caller_ns = thread_cpu_ns() - t0;
     }
     else {
-        run_pieces(job);
+        run_pieces(job, 0);
     }
     /* Every piece is taken; workers that joined finish theirs. */
     atomic_store(&pool.current, NULL);

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define FM_CAPSULE "fastmath.dispatch._runtime._C_API"
-#define FM_API_VERSION 5
+#define FM_API_VERSION 6
 #define FM_MAXARGS 4
 #define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
 #define FM_KEEP 3     /* whole runs remembered per record */
@@ -43,18 +43,22 @@ typedef fenv_t fm_fpctl;
 #endif
 
 /* One parallel call: `loop` over n elements of args (each advanced by its step), in pieces
- * of `piece` elements claimed one at a time by the caller and the pool's threads.
- * Aligned to a cache line, with what the pool's threads write (the next piece, their
- * flags, the seats taken) on a line of its own: on the caller's stack, a call's job must
- * not share a line with the caller's other locals, or every claim of a piece moves them
- * between cores. */
+ * of `piece` elements claimed one at a time by the caller and the pool's threads. The
+ * pieces lie in `homes` ranges, one a thread: each thread claims its own range's pieces
+ * first, then the others' (set by start()). Aligned to a cache line, with what the pool's
+ * threads write (the ranges' next pieces; their flags, the seats taken) on lines of their
+ * own: on the caller's stack, a call's job must not share a line with the caller's other
+ * locals, or every claim of a piece moves them between cores. */
+#define FM_HOMES 8 /* ranges at most (threads beyond share them) */
 typedef struct {
-    _Alignas(64) _Atomic intptr_t next; /* next piece's first element */
-    atomic_int flags;      /* FP flags (FE_*) raised in the pool's threads */
+    _Alignas(64) _Atomic intptr_t next[FM_HOMES]; /* each range's next piece's first element */
+    _Alignas(64) atomic_int flags; /* FP flags (FE_*) raised in the pool's threads */
     atomic_int seats;      /* set by start(): pool threads that may still join */
     atomic_int joined;     /* pool threads that joined it (the caller waited for them) */
     /* written by the caller only */
-    _Alignas(64) fm_loop loop;
+    _Alignas(64) intptr_t end[FM_HOMES]; /* each range's end (set by start()) */
+    int homes;
+    fm_loop loop;
     void *data;
     char *args[FM_MAXARGS];
     intptr_t steps[FM_MAXARGS];
