@@ -378,7 +378,7 @@ def _route(fn, spec):
     lib = _torch_cpu_library()
     candidates = []
     name = spec.kernels.get("mkl")
-    if name is not None and not _vml_bound_elsewhere(lib):
+    if name is not None and lib and not _vml_bound_elsewhere(lib):
         try:
             candidates.append(({dt: address(getattr(lib, f"{p}{name}_64"))
                                 for dt, p in _VML_PREFIX.items()},
@@ -413,9 +413,9 @@ def _vml_bound_elsewhere(lib) -> bool:
     torch is harmless: torch's calls were bound as it loaded (Python loads with RTLD_NOW)."""
     everywhere = ctypes.CDLL(None)
     others = set()
-    for name in _VML_SERVICE:
-        found = getattr(everywhere, name, None)
-        if found is not None and address(found) != address(getattr(lib, name)):
+    for name in _VML_SERVICE:  # (one torch does not export is bound inside it)
+        found, own = getattr(everywhere, name, None), getattr(lib, name, None)
+        if found is not None and own is not None and address(found) != address(own):
             info = _DlInfo()
             if not everywhere.dladdr(ctypes.c_void_p(address(found)), ctypes.byref(info)):
                 return True
