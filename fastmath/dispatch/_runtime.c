@@ -174,7 +174,7 @@ static intptr_t run_pieces(fm_job *job, int home)
     for (int k = 0; k < homes; k++) {
         int h = (home + k) % homes;
         for (;;) {
-            intptr_t start = atomic_fetch_add_explicit(&job->next[h], job->piece,
+            intptr_t start = atomic_fetch_add_explicit(&job->next[h].next, job->piece,
                                                        memory_order_relaxed);
             if (start >= job->end[h]) {
                 break;
@@ -408,7 +408,7 @@ static int fm_start(fm_job *job, int threads)
     job->homes = threads < FM_HOMES ? threads : FM_HOMES;
     for (int h = 0; h < job->homes; h++) {
         intptr_t end = pieces * (h + 1) / job->homes * job->piece;
-        atomic_init(&job->next[h], pieces * h / job->homes * job->piece);
+        atomic_init(&job->next[h].next, pieces * h / job->homes * job->piece);
         job->end[h] = end < job->n ? end : job->n;
     }
     atomic_init(&job->flags, 0);

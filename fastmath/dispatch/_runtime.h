@@ -51,7 +51,10 @@ typedef fenv_t fm_fpctl;
  * locals, or every claim of a piece moves them between cores. */
 #define FM_HOMES 8 /* ranges at most (threads beyond share them) */
 typedef struct {
-    _Alignas(64) _Atomic intptr_t next[FM_HOMES]; /* each range's next piece's first element */
+    _Alignas(64) _Atomic intptr_t next; /* the range's next piece's first element */
+} fm_range; /* a line each: a thread's claims in its own range move no line between cores */
+typedef struct {
+    fm_range next[FM_HOMES];
     _Alignas(64) atomic_int flags; /* FP flags (FE_*) raised in the pool's threads */
     atomic_int seats;      /* set by start(): pool threads that may still join */
     atomic_int joined;     /* pool threads that joined it (the caller waited for them) */
