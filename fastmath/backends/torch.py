@@ -424,7 +424,7 @@ def _vml_bound_elsewhere(lib) -> bool:
         return False
     order = _loaded_in_order(everywhere)
     torch_at = next((i for i, n in enumerate(order) if n.endswith(b"/libtorch_cpu.so")), -1)
-    return any(n not in order or order.index(n) < torch_at for n in others)
+    return torch_at < 0 or any(n not in order or order.index(n) < torch_at for n in others)
 
 
 class _DlInfo(ctypes.Structure):
