@@ -7,7 +7,9 @@ the accelerated SciPy ufuncs, the comparisons and predicates of those floats (``
 operators (``a * b``, ``x ** 2``), names bound at import, copied namespaces and
 ``__array_ufunc__`` routes (pandas, xarray) all reach it. Each long run is split over a
 native thread pool, every piece computed by the original loop, so results are NumPy's bit
-for bit; short runs call the original loop directly. ``np.place`` of long contiguous arrays
+for bit; short runs call the original loop directly. A call NumPy cuts into rows (broadcast
+operands, strided views: each run a row long) is entered through the ufunc's own call,
+replaced too, and run by rows on the same pool. ``np.place`` of long contiguous arrays
 (scipy.stats' distributions fill their outputs with it) runs by blocks on the same pool:
 NumPy's ``place`` calls the C function its module holds, replaced while the mode is on.
 
@@ -44,6 +46,7 @@ _BOOLEAN = {"logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_
             "bitwise_or", "bitwise_xor", "invert"}
 
 _slots: list = []  # (ufunc, types, slot) installed
+_calls: list = []  # entries of the ufuncs whose calls run by rows (_loops.replace_call)
 # NumPy's place C function, kept from the first start for good: a call that found ours just
 # before a stop in another thread still reaches it; and whether ours stands in for it now
 _numpys_place = None
@@ -171,11 +174,21 @@ def _install(threads) -> None:
     # 17 ms plain, 16 ms split into fresh pages, 5 ms split into recycled ones)
     _alloc.tune()
     quiet = _scipy_quiet()
+    rows: dict = {}  # NumPy's ufunc -> [float32 slot, float64 slot]
     for ufunc, index, types, cost, numpys in _targets():
         split_at, piece = _sizes(cost, quiet or numpys)
         slot = _loops.replace(ufunc, index, split_at, piece)
         _slots.append((ufunc, types, slot))
         _known[slot] = f"{ufunc.__name__} {types}"
+        if numpys and ufunc.nout == 1 and types[0] in _FLOATS:
+            # NumPy runs the first loop of a ufunc's list that fits the operands exactly
+            pair = rows.setdefault(ufunc, [-1, -1])
+            at = "fd".index(types[0])
+            pair[at] = slot if pair[at] < 0 else pair[at]
+    # calls NumPy would cut into rows (broadcast, strided views): run by rows (_loops.c)
+    from ..dispatch._fpe import report
+    for ufunc, (single, double) in rows.items():
+        _calls.append(_loops.replace_call(ufunc, single, double, report))
     module = _place_module()
     if module is not None and not _place_installed:
         if _numpys_place is None:
@@ -185,6 +198,8 @@ def _install(threads) -> None:
 
 def _restore() -> None:
     global _place_installed
+    while _calls:
+        _loops.restore_call(_calls.pop())
     while _slots:
         _loops.restore(_slots.pop()[2])
     if _place_installed:

@@ -50,6 +50,7 @@ typedef struct {
     atomic_long piece;               /* elements per piece */
     atomic_ulong calls, split_calls, paced_calls;
     fm_pace pace[FM_BUCKETS]; /* the back-off of its splits, by run length (fm_split) */
+    fm_pace rows[FM_BUCKETS]; /* the same for whole calls split by rows (strided_call) */
 } Slot;
 
 /* All a short run reads, in one 16-byte cell apart from the Slot: the short path touches
@@ -183,6 +184,433 @@ T256(0, 0) T256(1, 1) T256(2, 2) T256(3, 3)
 #define P64(n) P16(n##0) P16(n##1) P16(n##2) P16(n##3)
 #define P256(n) P64(n##0) P64(n##1) P64(n##2) P64(n##3)
 static PyUFuncGenericFunction trampolines[NSLOTS] = {P256(0) P256(1) P256(2) P256(3)};
+
+/* ---- calls NumPy cuts into rows ---------------------------------------------------- */
+
+/* A call that broadcasts (``a += bias``, ``s - s.max(-1, keepdims=True)``) or reads a
+ * strided view (``np.exp(a[:, :32])``) reaches the inner loop once per row: NumPy's iterator
+ * cannot join the rows of an operand whose rows do not follow each other in memory. A
+ * trampoline then sees runs of a row's length, too short to split, however large the
+ * call: a network's bias add over 200000x64 float64 took 9.6 ms in NumPy, 9.6 under the
+ * loop mode, where a same-shaped add of two full arrays took 12.7 and 6.7. So the loop
+ * mode also stands in for the ufunc's call itself (its vectorcall, which operators and
+ * every other caller reach) and, for the calls it can take whole, runs the rows itself:
+ * each element by NumPy's own loop, given a row or part of one at a time, on the pool's
+ * threads. Everything else (small calls, casts, where=, subclasses, scalars, overlapping
+ * memory, calls NumPy runs as one run anyway) goes to NumPy's own call unchanged.
+ *
+ * A call it takes has exact ndarray operands of one float type (float32 or float64,
+ * native and aligned), the loop the loop mode reaches for that type, an output of the
+ * loop's type that is C-contiguous (given as out=, positionally or as a 1-tuple, or made
+ * here as NumPy makes it), of the broadcast shape, and of at least the loop's size to
+ * split. Its dimensions fall in two groups, rows and columns, each operand's memory
+ * following the rows (any step) and the columns (contiguous or broadcast) of its group.
+ * FP flags are gathered as the pool gathers them and acted on in the caller's thread by
+ * fastmath.dispatch._fpe.report, as NumPy's own check would. */
+#define NCALLS 128
+#define FP_ERRORS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID)
+
+typedef struct {
+    PyObject *ufunc;           /* a strong reference, kept for good */
+    vectorcallfunc original;   /* NumPy's, set once */
+    vectorcallfunc *where;     /* in the ufunc object */
+    PyObject *name;            /* the ufunc's name, for the FP error report */
+    int nin;
+    int slot[2];               /* the loop slots of float32 and of float64 (-1: none) */
+    int out_type[2];           /* the type number those loops write */
+} Call;
+
+static Call calls[NCALLS];
+static int ncalls = 0;
+static PyObject *report = NULL; /* fastmath.dispatch._fpe.report(name, flags) */
+
+/* One call's rows: element e of the call is element e % cols of row e / cols */
+typedef struct {
+    PyUFuncGenericFunction loop;
+    void *data;
+    int nargs;
+    npy_intp cols;
+    char *first;               /* the output's first element: a piece's args[0] counts from it */
+    npy_intp unit;             /* the output's item size */
+    char *base[MAXARGS];
+    npy_intp row[MAXARGS], col[MAXARGS];
+} Rows;
+
+static void rows_loop(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+{
+    const Rows *r = data;
+    npy_intp e = (args[0] - r->first) / r->unit, left = *count;
+    npy_intp i = e / r->cols, j = e % r->cols;
+    while (left > 0) {
+        npy_intp m = r->cols - j < left ? r->cols - j : left;
+        char *a[MAXARGS];
+        for (int k = 0; k < r->nargs; k++) {
+            a[k] = r->base[k] + i * r->row[k] + j * r->col[k];
+        }
+        r->loop(a, &m, r->col, r->data);
+        left -= m;
+        i++;
+        j = 0;
+    }
+}
+
+/* An operand's step over dims [lo, hi) of shape s when its strides st follow them as one
+ * run (each dim's stride the next one's times its length; dims of length 1 ignored); 0
+ * when the group holds only dims of length 1; 0 with *ok cleared when they do not. */
+static npy_intp group_step(const npy_intp *st, const npy_intp *s, int lo, int hi, int *ok)
+{
+    npy_intp step = 0, expect = 0;
+    int seen = 0;
+    for (int j = hi - 1; j >= lo; j--) {
+        if (s[j] == 1) {
+            continue;
+        }
+        if (!seen) {
+            step = st[j];
+            seen = 1;
+        }
+        else if (st[j] != expect) {
+            *ok = 0;
+            return 0;
+        }
+        expect = st[j] * s[j];
+    }
+    return step;
+}
+
+/* The lowest and past-highest byte an operand of shape s and strides st reaches. */
+static void extent(char *data, const npy_intp *st, const npy_intp *s, int d, npy_intp size,
+                   char **lo, char **hi)
+{
+    npy_intp below = 0, above = 0;
+    for (int j = 0; j < d; j++) {
+        npy_intp reach = (s[j] - 1) * st[j];
+        if (reach < 0) {
+            below += reach;
+        }
+        else {
+            above += reach;
+        }
+    }
+    *lo = data + below;
+    *hi = data + above + size;
+}
+
+static npy_intp elements(PyArrayObject *a)
+{
+    npy_intp n = 1;
+    for (int j = 0; j < PyArray_NDIM(a); j++) {
+        n *= PyArray_DIM(a, j);
+    }
+    return n;
+}
+
+static int is_out(PyObject *name)
+{
+    return PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "out") == 0;
+}
+
+/* NumPy's FP flag bits (NPY_FPE_*, as np.errstate's callbacks get them) of fenv's. */
+static int numpy_flags(int raised)
+{
+    return (raised & FE_DIVBYZERO ? 1 : 0) | (raised & FE_OVERFLOW ? 2 : 0)
+           | (raised & FE_UNDERFLOW ? 4 : 0) | (raised & FE_INVALID ? 8 : 0);
+}
+
+/* Kept out of line: the short test in strided_call below stays a few loads and a jump. */
+static __attribute__((noinline)) PyObject *
+rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int nin = c->nin;
+    PyObject *outobj = NULL;
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) {
+        goto numpy;
+    }
+    if (kwnames == NULL) {
+        if (nargs == nin + 1) {
+            outobj = args[nin];
+        }
+        else if (nargs != nin) {
+            goto numpy;
+        }
+    }
+    else {
+        if (nargs != nin || PyTuple_GET_SIZE(kwnames) != 1
+                || !is_out(PyTuple_GET_ITEM(kwnames, 0))) {
+            goto numpy;
+        }
+        outobj = args[nin];
+        if (PyTuple_CheckExact(outobj) && PyTuple_GET_SIZE(outobj) == 1) {
+            outobj = PyTuple_GET_ITEM(outobj, 0);
+        }
+    }
+    if (outobj == Py_None) {
+        outobj = NULL;
+    }
+    /* the cheap tests first: every small call leaves here */
+    PyArrayObject *ops[MAXARGS];
+    npy_intp bound = 1;
+    for (int k = 0; k < nin; k++) {
+        if (!PyArray_CheckExact(args[k])) {
+            goto numpy;
+        }
+        ops[k] = (PyArrayObject *)args[k];
+        if (__builtin_mul_overflow(bound, elements(ops[k]), &bound)) {
+            bound = NPY_MAX_INTP;
+        }
+    }
+    if (outobj != NULL) {
+        if (!PyArray_CheckExact(outobj)) {
+            goto numpy;
+        }
+        ops[nin] = (PyArrayObject *)outobj;
+        bound = elements(ops[nin]) > bound ? elements(ops[nin]) : bound;
+    }
+    int t = PyArray_TYPE(ops[0]);
+    int which = t == NPY_FLOAT ? 0 : t == NPY_DOUBLE ? 1 : -1;
+    if (which < 0 || c->slot[which] < 0) {
+        goto numpy;
+    }
+    Slot *s = &slots[c->slot[which]];
+    npy_intp min_split = atomic_load_explicit(&s->min_split, memory_order_relaxed);
+    if (bound < min_split) {
+        goto numpy;
+    }
+    int nops = nin + 1, d = 0;
+    for (int k = 0; k < nops; k++) {
+        if (k == nin && outobj == NULL) {
+            break;
+        }
+        int want = k < nin ? t : c->out_type[which];
+        if (PyArray_TYPE(ops[k]) != want || !PyArray_ISNOTSWAPPED(ops[k])
+                || !PyArray_ISALIGNED(ops[k])) {
+            goto numpy;
+        }
+        d = PyArray_NDIM(ops[k]) > d ? PyArray_NDIM(ops[k]) : d;
+    }
+    if (d < 2) { /* one dimension: NumPy's one run, which the trampoline splits */
+        goto numpy;
+    }
+    /* the broadcast shape, and each operand's strides over it (0 where it broadcasts) */
+    npy_intp shape[NPY_MAXDIMS], st[MAXARGS][NPY_MAXDIMS];
+    for (int j = 0; j < d; j++) {
+        shape[j] = 1;
+    }
+    for (int k = 0; k < nops; k++) {
+        if (k == nin && outobj == NULL) {
+            break;
+        }
+        int nd = PyArray_NDIM(ops[k]);
+        for (int j = 0; j < d; j++) {
+            int jj = j - (d - nd);
+            npy_intp len = jj < 0 ? 1 : PyArray_DIM(ops[k], jj);
+            st[k][j] = len == 1 ? 0 : PyArray_STRIDE(ops[k], jj);
+            if (len != 1) {
+                if (shape[j] == 1) {
+                    shape[j] = len;
+                }
+                else if (shape[j] != len) {
+                    goto numpy; /* NumPy's error */
+                }
+            }
+        }
+    }
+    npy_intp total = 1;
+    for (int j = 0; j < d; j++) {
+        total *= shape[j];
+    }
+    if (total < min_split) {
+        goto numpy;
+    }
+    npy_intp osize = c->out_type[which] == NPY_BOOL ? 1 : PyArray_ITEMSIZE(ops[0]);
+    npy_intp isize = PyArray_ITEMSIZE(ops[0]);
+    if (outobj != NULL) {
+        if (PyArray_NDIM(ops[nin]) != d || !PyArray_IS_C_CONTIGUOUS(ops[nin])
+                || !PyArray_ISWRITEABLE(ops[nin])) {
+            goto numpy;
+        }
+        for (int j = 0; j < d; j++) {
+            if (PyArray_DIM(ops[nin], j) != shape[j]) {
+                goto numpy;
+            }
+        }
+    }
+    else {
+        /* NumPy's output follows its inputs' order (K): C where each input's steps fall
+         * from its outer dims to its inner ones, as they must here (below) */
+        for (int k = 0; k < nin; k++) {
+            npy_intp last = NPY_MAX_INTP;
+            for (int j = 0; j < d; j++) {
+                if (st[k][j] == 0) {
+                    continue;
+                }
+                if (st[k][j] < 0 || st[k][j] >= last) {
+                    goto numpy;
+                }
+                last = st[k][j];
+            }
+        }
+    }
+    npy_intp cst = osize; /* the output's C-contiguous strides */
+    for (int j = d - 1; j >= 0; j--) {
+        st[nin][j] = shape[j] == 1 ? 0 : cst;
+        cst *= shape[j];
+    }
+    /* the two groups: the first split point that every operand follows */
+    int cut = -1;
+    npy_intp row[MAXARGS], col[MAXARGS];
+    for (int k0 = 1; k0 < d && cut < 0; k0++) {
+        int ok = 1;
+        for (int k = 0; k < nops && ok; k++) {
+            npy_intp size = k < nin ? isize : osize;
+            col[k] = group_step(st[k], shape, k0, d, &ok);
+            row[k] = group_step(st[k], shape, 0, k0, &ok);
+            if (col[k] != 0 && col[k] != size) {
+                ok = 0;
+            }
+        }
+        if (ok) {
+            cut = k0;
+        }
+    }
+    if (cut < 0) {
+        goto numpy;
+    }
+    npy_intp cols = 1;
+    for (int j = cut; j < d; j++) {
+        cols *= shape[j];
+    }
+    /* all of one run (every operand whole and contiguous, or one element): NumPy's */
+    int one_run = 1;
+    for (int k = 0; k < nops; k++) {
+        npy_intp size = k < nin ? isize : osize;
+        if (!((col[k] == size && row[k] == cols * size) || (col[k] == 0 && row[k] == 0))) {
+            one_run = 0;
+        }
+    }
+    if (one_run || cols < 2 || total / cols < 2) { /* one column: NumPy's one strided run */
+        goto numpy;
+    }
+    /* an input that overlaps the output other than exactly: NumPy copies it first */
+    if (outobj != NULL) {
+        char *olo = PyArray_BYTES(ops[nin]), *ohi = olo + total * osize;
+        for (int k = 0; k < nin; k++) {
+            char *lo, *hi;
+            if (PyArray_BYTES(ops[k]) == olo && row[k] == row[nin] && col[k] == col[nin]) {
+                continue;
+            }
+            extent(PyArray_BYTES(ops[k]), st[k], shape, d, isize, &lo, &hi);
+            if (lo < ohi && olo < hi) {
+                goto numpy;
+            }
+        }
+    }
+    PyArrayObject *out = (PyArrayObject *)outobj;
+    if (out == NULL) {
+        out = (PyArrayObject *)PyArray_SimpleNew(d, shape, c->out_type[which]);
+        if (out == NULL) {
+            return NULL;
+        }
+    }
+    else {
+        Py_INCREF(out);
+    }
+    ops[nin] = out;
+    PyUFuncObject *uf = (PyUFuncObject *)c->ufunc;
+    Rows r;
+    r.loop = s->original;
+    r.data = uf->data[s->where - uf->functions];
+    r.nargs = nops;
+    r.cols = cols;
+    r.first = PyArray_BYTES(out);
+    r.unit = osize;
+    for (int k = 0; k < nops; k++) {
+        r.base[k] = PyArray_BYTES(ops[k]);
+        r.row[k] = row[k];
+        r.col[k] = col[k];
+    }
+    fm_job job;
+    job.timed = 0;
+    job.loop = rows_loop;
+    job.data = &r;
+    job.nargs = 1;
+    job.args[0] = r.first;
+    job.steps[0] = osize;
+    job.n = total;
+    job.piece = atomic_load_explicit(&s->piece, memory_order_relaxed);
+    if (job.piece > (512 << 10) / isize) { /* the runtime caps pieces by the output's bytes */
+        job.piece = (512 << 10) / isize;
+    }
+    if (atomic_load_explicit(&counting, memory_order_relaxed)) {
+        atomic_store_explicit(&s->calls, atomic_load_explicit(&s->calls,
+                              memory_order_relaxed) + 1, memory_order_relaxed);
+    }
+    int how, raised;
+    Py_BEGIN_ALLOW_THREADS
+    feclearexcept(FP_ERRORS);
+    how = rt->split(s->rows, &job, 0);
+    if (how == FM_NOT_RUN) {
+        intptr_t n = total;
+        rows_loop(job.args, &n, job.steps, &r);
+    }
+    raised = fetestexcept(FP_ERRORS);
+    feclearexcept(FP_ERRORS);
+    Py_END_ALLOW_THREADS
+    if (how == FM_SPLIT) {
+        atomic_fetch_add_explicit(&s->split_calls, 1, memory_order_relaxed);
+    }
+    else if (how == FM_WHOLE_PACED) {
+        atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
+    }
+    if (raised && report != NULL) {
+        PyObject *flags = PyLong_FromLong(numpy_flags(raised));
+        PyObject *done = flags == NULL ? NULL
+                         : PyObject_CallFunctionObjArgs(report, c->name, flags, NULL);
+        Py_XDECREF(flags);
+        if (done == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
+    return (PyObject *)out;
+numpy:
+    return c->original(callable, args, nargsf, kwnames);
+}
+
+static inline int two_dims(PyObject *o)
+{
+    return PyArray_CheckExact(o) && PyArray_NDIM((PyArrayObject *)o) >= 2;
+}
+
+/* The call of entry i: NumPy's own unless an input has two dimensions or more (every call
+ * on scalars, 0-d and 1-d arrays leaves at once: its loop runs as one run, which the
+ * trampoline splits where it is long). Inlined in each entry's vectorcall: small calls
+ * under the loop mode took 1.3-2% longer through one more jump, 0.5-1% without it. */
+static inline __attribute__((always_inline)) PyObject *
+strided_call(int i, PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Call *c = &calls[i];
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs >= 1 && (two_dims(args[0]) || (nargs >= 2 && c->nin >= 2 && two_dims(args[1])))) {
+        return rows_call(c, callable, args, nargsf, kwnames);
+    }
+    return c->original(callable, args, nargsf, kwnames);
+}
+
+/* NCALLS vectorcalls, vc<base-4 digits>, each bound to its entry */
+#define V1(n, i) static PyObject *vc##n(PyObject *f, PyObject *const *a, size_t n_, \
+                                        PyObject *k) { return strided_call(i, f, a, n_, k); }
+#define V4(n, i) V1(n##0, 4*(i)) V1(n##1, 4*(i)+1) V1(n##2, 4*(i)+2) V1(n##3, 4*(i)+3)
+#define V16(n, i) V4(n##0, 4*(i)) V4(n##1, 4*(i)+1) V4(n##2, 4*(i)+2) V4(n##3, 4*(i)+3)
+#define V64(n, i) V16(n##0, 4*(i)) V16(n##1, 4*(i)+1) V16(n##2, 4*(i)+2) V16(n##3, 4*(i)+3)
+V64(0, 0) V64(1, 1)
+#define W1(n) vc##n,
+#define W4(n) W1(n##0) W1(n##1) W1(n##2) W1(n##3)
+#define W16(n) W4(n##0) W4(n##1) W4(n##2) W4(n##3)
+#define W64(n) W16(n##0) W16(n##1) W16(n##2) W16(n##3)
+static vectorcallfunc vectorcalls[NCALLS] = {W64(0) W64(1)};
 
 /* ---- Python interface ---------------------------------------------------------- */
 
@@ -343,6 +771,107 @@ static PyObject *py_set_counting(PyObject *self, PyObject *args)
         atomic_store(&hot[i].min_split, on ? 0 : atomic_load(&slots[i].min_split));
     }
     return PyBool_FromLong(before);
+}
+
+/* replace_call(ufunc, slot_float32, slot_float64, report) -> entry: calls of ufunc that
+ * NumPy would cut into rows run by rows (strided_call), with those loop slots (-1: none);
+ * report(name, flags) acts on FP flags as NumPy's error state says. */
+static PyObject *py_replace_call(PyObject *self, PyObject *args)
+{
+    PyObject *obj, *fn;
+    int sl[2];
+    if (!PyArg_ParseTuple(args, "OiiO", &obj, &sl[0], &sl[1], &fn)) {
+        return NULL;
+    }
+    PyUFuncObject *uf = as_ufunc(obj);
+    if (uf == NULL) {
+        return NULL;
+    }
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "report must be callable");
+        return NULL;
+    }
+    Py_ssize_t offset = Py_TYPE(obj)->tp_vectorcall_offset;
+    if (uf->nout != 1 || uf->nin < 1 || uf->nin + 1 > MAXARGS || uf->core_enabled
+            || offset <= 0) {
+        PyErr_SetString(PyExc_ValueError, "replace_call takes an elementwise ufunc of one "
+                        "output and up to three inputs, called by vectorcall");
+        return NULL;
+    }
+    int out_type[2] = {-1, -1};
+    for (int w = 0; w < 2; w++) {
+        if (sl[w] < 0) {
+            continue;
+        }
+        if (sl[w] >= nslots || slots[sl[w]].ufunc != obj) {
+            PyErr_SetString(PyExc_ValueError, "no loop slot of this ufunc at that number");
+            return NULL;
+        }
+        npy_intp index = slots[sl[w]].where - uf->functions;
+        out_type[w] = uf->types[index * uf->nargs + uf->nin];
+        for (int k = 0; k < uf->nin; k++) {
+            if (uf->types[index * uf->nargs + k] != (w ? NPY_DOUBLE : NPY_FLOAT)) {
+                PyErr_SetString(PyExc_ValueError, "that slot's loop is not of that float type");
+                return NULL;
+            }
+        }
+        if (out_type[w] != (w ? NPY_DOUBLE : NPY_FLOAT) && out_type[w] != NPY_BOOL) {
+            PyErr_SetString(PyExc_ValueError, "that slot's loop writes neither its float "
+                            "type nor bool");
+            return NULL;
+        }
+    }
+    vectorcallfunc *where = (vectorcallfunc *)((char *)obj + offset);
+    int i = 0;
+    for (; i < ncalls && calls[i].ufunc != obj; i++) {
+    }
+    if (i == ncalls) {
+        if (ncalls == NCALLS) {
+            PyErr_SetString(PyExc_RuntimeError, "all call entries are in use");
+            return NULL;
+        }
+        PyObject *name = PyObject_GetAttrString(obj, "__name__");
+        if (name == NULL) {
+            return NULL;
+        }
+        Call *c = &calls[i];
+        c->ufunc = Py_NewRef(obj);
+        c->original = *where;
+        c->where = where;
+        c->name = name;
+        c->nin = uf->nin;
+        ncalls++;
+    }
+    Call *c = &calls[i];
+    vectorcallfunc now = __atomic_load_n(where, __ATOMIC_ACQUIRE);
+    if (now != c->original && now != vectorcalls[i]) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the ufunc's call was replaced by someone else since fastmath saw it");
+        return NULL;
+    }
+    for (int w = 0; w < 2; w++) {
+        c->slot[w] = sl[w];
+        c->out_type[w] = out_type[w];
+    }
+    Py_XSETREF(report, Py_NewRef(fn));
+    __atomic_store_n(where, vectorcalls[i], __ATOMIC_RELEASE);
+    return PyLong_FromLong(i);
+}
+
+static PyObject *py_restore_call(PyObject *self, PyObject *args)
+{
+    int i;
+    if (!PyArg_ParseTuple(args, "i", &i)) {
+        return NULL;
+    }
+    if (i < 0 || i >= ncalls) {
+        PyErr_SetString(PyExc_IndexError, "no such call entry");
+        return NULL;
+    }
+    vectorcallfunc expected = vectorcalls[i];
+    int ok = __atomic_compare_exchange_n(calls[i].where, &expected, calls[i].original, 0,
+                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return PyBool_FromLong(ok);
 }
 
 /* ---- np.place ------------------------------------------------------------------- */
@@ -515,6 +1044,11 @@ static PyMethodDef methods[] = {
     {"pace", py_pace, METH_VARARGS,
      "pace(slot, n) -> {left, skip, since, kept, one_thread}: the back-off record of runs of\n"
      "about n elements (one_thread: seconds a whole run of n takes lately, or None)"},
+    {"replace_call", py_replace_call, METH_VARARGS,
+     "replace_call(ufunc, slot_float32, slot_float64, report) -> entry: calls that NumPy\n"
+     "would cut into rows (broadcast, strided) run by rows over the pool"},
+    {"restore_call", py_restore_call, METH_VARARGS,
+     "restore_call(entry) -> bool: put NumPy's call back"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
     {"place", py_place, METH_VARARGS,
      "place(arr, mask, vals) -> 2 (split) or 1 (whole), or None where it leaves the call to\n"

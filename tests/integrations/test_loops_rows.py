@@ -1,0 +1,246 @@
+"""The loop mode's calls by rows: ufunc calls that NumPy cuts into rows (broadcast operands,
+strided views) run row by row over the pool (``strided_call`` in
+fastmath/integrations/_loops.c).
+
+Oracle: the same call with the loop mode off. Results bitwise equal, of the same dtype,
+shape and memory order; the output object NumPy returns (out= in every spelling, in-place
+operators); NumPy's FP error reports (message, category, the line they point at); and
+every call the row path must not take (overlap, casts, where=, subclasses) left to NumPy.
+That a call took the row path is seen in its loop's split count: NumPy itself hands such a
+call to the loop one row at a time, each far too short to split.
+"""
+import warnings
+
+import numpy
+import pytest
+
+import fastmath
+from fastmath.integrations import _loopmode
+
+pytestmark = pytest.mark.skipif(not _loopmode.available(),
+                                reason=str(_loopmode.why_unavailable()))
+
+RNG = numpy.random.default_rng(11)
+ROWS, COLS = 20_000, 64  # 1.28 million elements: above every loop's size to split
+
+
+@pytest.fixture(autouse=True)
+def _no_pacing():
+    """Every call long enough must split here, whatever a split costs on a loaded machine."""
+    before = _loopmode.pacing(False)
+    yield
+    _loopmode.pacing(before)
+
+
+def _splits(name, char, nin):
+    out = "?" if name in ("greater", "less_equal", "isnan", "isfinite") else char
+    return _loopmode.counts().get(f"{name} {char * nin}->{out}", (0, 0))[1]
+
+
+def _same(plain, patched):
+    plain, patched = numpy.asarray(plain), numpy.asarray(patched)
+    assert patched.dtype == plain.dtype and patched.shape == plain.shape
+    assert patched.strides == plain.strides
+    assert patched.tobytes() == plain.tobytes()
+
+
+def _data(shape, dtype):
+    x = (RNG.standard_normal(shape) * 3).astype(dtype)
+    flat = x.reshape(-1)
+    flat[::89] = numpy.array([numpy.nan, numpy.inf, -numpy.inf, 0.0, -0.0, 1e-40],
+                             dtype)[numpy.arange(flat[::89].size) % 6]
+    return x
+
+
+# (name, operands' shapes or views): each a call NumPy runs row by row
+BROADCASTS = {
+    "bias row": lambda d: (_data((ROWS, COLS), d), _data((COLS,), d)),
+    "row first": lambda d: (_data((COLS,), d), _data((ROWS, COLS), d)),
+    "column": lambda d: (_data((ROWS, COLS), d), _data((ROWS, 1), d)),
+    "outer": lambda d: (_data((ROWS, 1), d), _data((1, COLS), d)),
+    "3-d, last two": lambda d: (_data((40, 500, COLS), d), _data((500, COLS), d)),
+    "3-d, column": lambda d: (_data((40, 500, COLS), d), _data((40, 500, 1), d)),
+    "strided view": lambda d: (_data((ROWS, 2 * COLS), d)[:, :COLS], _data((COLS,), d)),
+    "every other row": lambda d: (_data((2 * ROWS, COLS), d)[::2], _data((ROWS, COLS), d)),
+}
+BINARY = ["add", "subtract", "multiply", "divide", "maximum", "power", "arctan2", "hypot",
+          "greater", "less_equal"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", list(BROADCASTS))
+@pytest.mark.parametrize("name", BINARY)
+def test_broadcast_calls_split_by_rows_and_bitwise_numpys(name, shape, dtype):
+    f = getattr(numpy, name)
+    a, b = BROADCASTS[shape](dtype)
+    before = _splits(name, numpy.dtype(dtype).char, 2)
+    with numpy.errstate(all="ignore"):
+        plain = f(a, b)
+        with fastmath.patch(mode="loops"):
+            patched = f(a, b)
+    _same(plain, patched)
+    assert _splits(name, numpy.dtype(dtype).char, 2) > before, "not split by rows"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "tanh", "isnan"])
+def test_strided_views_of_one_operand_split_by_rows(name, dtype):
+    f = getattr(numpy, name)
+    x = _data((ROWS, 3 * COLS), dtype)
+    views = [x[:, :COLS], x[:, COLS:2 * COLS], x[::3, 1:], x.reshape(40, -1, 3 * COLS)[:, :, 5:]]
+    for view in views:
+        before = _splits(name, numpy.dtype(dtype).char, 1)
+        with numpy.errstate(all="ignore"):
+            plain = f(view)
+            with fastmath.patch(mode="loops"):
+                patched = f(view)
+        _same(plain, patched)
+        assert _splits(name, numpy.dtype(dtype).char, 1) > before, "not split by rows"
+
+
+def test_every_spelling_of_out_and_the_in_place_operators():
+    a, bias = _data((ROWS, COLS), "float64"), _data((COLS,), "float64")
+
+    def spellings():
+        results = []
+        y = a.copy()
+        results.append(numpy.add(y, bias, y) is y)
+        results.append(y)
+        y = a.copy()
+        results.append(numpy.add(y, bias, out=y) is y)
+        results.append(y)
+        y = a.copy()
+        results.append(numpy.add(y, bias, out=(y,)) is y)
+        results.append(y)
+        z = numpy.empty_like(a)
+        results.append(numpy.multiply(a, bias, out=z) is z)
+        results.append(z)
+        y = a.copy()
+        same = y
+        y -= bias
+        y *= bias[None, :]
+        y /= a[:, :1] + 1
+        results.append(y is same)
+        results.append(y)
+        results.append(numpy.add(a, bias, out=None))
+        return results
+
+    with numpy.errstate(all="ignore"):
+        plain = spellings()
+        before = _splits("add", "d", 2)
+        with fastmath.patch(mode="loops"):
+            patched = spellings()
+        assert _splits("add", "d", 2) >= before + 4
+    for p, q in zip(plain, patched):
+        if isinstance(p, bool):
+            assert p and q
+        else:
+            _same(p, q)
+
+
+def test_overlapping_operands_are_numpys_copies_first():
+    x = _data((ROWS, COLS), "float64")
+
+    def cases():
+        out = []
+        y = x.copy()
+        numpy.add(y, y[0], out=y)  # the row is written during the call: NumPy copies it
+        out.append(y)
+        y = x.copy()
+        numpy.subtract(y, y[:, :1], out=y)  # so is the column
+        out.append(y)
+        y = x.copy()
+        numpy.multiply(y[1:], y[0], out=y[:-1])  # shifted by a row
+        out.append(y)
+        y = x.copy()
+        numpy.add(y[:, 1:], y[:, :-1], out=y[:, 1:])  # shifted by a column, out strided
+        out.append(y)
+        y = x[:ROWS // 2].copy().reshape(-1, COLS)
+        numpy.add(y, y[::-1], out=y)  # reversed rows of itself
+        out.append(y)
+        return out
+
+    with numpy.errstate(all="ignore"):
+        plain = cases()
+        with fastmath.patch(mode="loops"):
+            patched = cases()
+    for p, q in zip(plain, patched):
+        _same(p, q)
+
+
+def test_calls_the_row_path_leaves_to_numpy_stay_numpys():
+    a = _data((ROWS, COLS), "float64")
+    b32 = _data((COLS,), "float32")
+
+    class Sub(numpy.ndarray):
+        pass
+
+    def cases():
+        return [
+            numpy.add(a, b32),  # promotion
+            numpy.add(a.astype("float32"), a[0]),  # the other way
+            numpy.add(a, a[0], where=a > 0, out=numpy.zeros_like(a)),
+            numpy.add(a, a[0], dtype="float32"),
+            numpy.add(a, 2.5),  # a scalar: NumPy's one run
+            numpy.add(a.view(Sub), a[0]),  # a subclass
+            numpy.add(a[::-1], a[0]),  # a reversed input, no out: NumPy's memory order
+            numpy.exp(a.T),  # Fortran order
+            numpy.add(a, a[0], casting="same_kind"),
+        ]
+
+    with numpy.errstate(all="ignore"):
+        plain = cases()
+        with fastmath.patch(mode="loops"):
+            patched = cases()
+    for p, q in zip(plain, patched):
+        assert type(p) is type(q)
+        _same(p, q)
+    with pytest.raises(ValueError) as plain_error:
+        numpy.add(a, _data((COLS + 1,), "float64"))
+    with fastmath.patch(mode="loops"), pytest.raises(ValueError) as patched_error:
+        numpy.add(a, _data((COLS + 1,), "float64"))
+    assert str(patched_error.value) == str(plain_error.value)
+
+
+def _reports(fn):
+    """What NumPy's error state makes of fn's FP flags: its warnings (message, category,
+    file, line) under 'warn', and the error under 'raise'."""
+    with warnings.catch_warnings(record=True) as seen, numpy.errstate(all="warn"):
+        warnings.simplefilter("always")
+        fn()
+    raised = None
+    with numpy.errstate(all="raise"):
+        try:
+            fn()
+        except FloatingPointError as e:
+            raised = str(e)
+    return [(str(w.message), w.category, w.filename, w.lineno) for w in seen], raised
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fp_errors_are_numpys_reports_at_the_users_line(dtype):
+    a = numpy.ones((ROWS, COLS), dtype)
+    a[-1, -1] = 0.0  # in the last row: a piece a pool thread runs
+    inf = numpy.full(COLS, numpy.inf, dtype)
+    calls = [lambda: numpy.divide(inf[:3], a[:, :3] * 0),  # nothing wrong: inf / 0
+             lambda: numpy.divide(a[0], a),  # divide by zero
+             lambda: numpy.subtract(a * numpy.inf, inf),  # inf - inf: invalid
+             lambda: numpy.multiply(a + 1, numpy.full(COLS, numpy.finfo(dtype).max, dtype)),
+             lambda: numpy.exp(numpy.full((ROWS, 2 * COLS), 1e4, dtype)[:, ::2])]  # overflow
+    for call in calls:
+        plain = _reports(call)
+        before = _loopmode.counts()
+        with fastmath.patch(mode="loops"):
+            patched = _reports(call)
+        assert patched == plain
+        assert _loopmode.counts() != before  # the row path ran
+    assert any(plain[0] for plain in map(_reports, calls[1:]))
+
+
+def test_the_row_path_goes_when_the_mode_stops():
+    a, bias = _data((ROWS, COLS), "float64"), _data((COLS,), "float64")
+    with fastmath.patch(mode="loops"):
+        a + bias
+    before = _splits("add", "d", 2)
+    _same(a + bias, a + bias)
+    assert _splits("add", "d", 2) == before
