@@ -174,13 +174,13 @@ def _install(threads) -> None:
     # 17 ms plain, 16 ms split into fresh pages, 5 ms split into recycled ones)
     _alloc.tune()
     quiet = _scipy_quiet()
-    rows: dict = {}  # NumPy's ufunc -> [float32 slot, float64 slot]
+    rows: dict = {}  # ufunc -> [float32 slot, float64 slot] (SciPy's: only where quiet)
     for ufunc, index, types, cost, numpys in _targets():
         split_at, piece = _sizes(cost, quiet or numpys)
         slot = _loops.replace(ufunc, index, split_at, piece)
         _slots.append((ufunc, types, slot))
         _known[slot] = f"{ufunc.__name__} {types}"
-        if numpys and ufunc.nout == 1 and types[0] in _FLOATS:
+        if (quiet or numpys) and ufunc.nout == 1 and types[0] in _FLOATS:
             # NumPy runs the first loop of a ufunc's list that fits the operands exactly
             pair = rows.setdefault(ufunc, [-1, -1])
             at = "fd".index(types[0])

@@ -13,6 +13,7 @@ import warnings
 
 import numpy
 import pytest
+import scipy.special
 
 import fastmath
 from fastmath.integrations import _loopmode
@@ -64,14 +65,14 @@ BROADCASTS = {
     "every other row": lambda d: (_data((2 * ROWS, COLS), d)[::2], _data((ROWS, COLS), d)),
 }
 BINARY = ["add", "subtract", "multiply", "divide", "maximum", "power", "arctan2", "hypot",
-          "greater", "less_equal"]
+          "greater", "less_equal", "xlogy", "logaddexp"]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape", list(BROADCASTS))
 @pytest.mark.parametrize("name", BINARY)
 def test_broadcast_calls_split_by_rows_and_bitwise_numpys(name, shape, dtype):
-    f = getattr(numpy, name)
+    f = getattr(numpy, name, None) or getattr(scipy.special, name)
     a, b = BROADCASTS[shape](dtype)
     before = _splits(name, numpy.dtype(dtype).char, 2)
     with numpy.errstate(all="ignore"):
@@ -83,9 +84,9 @@ def test_broadcast_calls_split_by_rows_and_bitwise_numpys(name, shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "tanh", "isnan"])
+@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "tanh", "isnan", "expit", "ndtr", "erf"])
 def test_strided_views_of_one_operand_split_by_rows(name, dtype):
-    f = getattr(numpy, name)
+    f = getattr(numpy, name, None) or getattr(scipy.special, name)
     x = _data((ROWS, 3 * COLS), dtype)
     views = [x[:, :COLS], x[:, COLS:2 * COLS], x[::3, 1:], x.reshape(40, -1, 3 * COLS)[:, :, 5:]]
     for view in views:
@@ -244,3 +245,42 @@ def test_the_row_path_goes_when_the_mode_stops():
     before = _splits("add", "d", 2)
     _same(a + bias, a + bias)
     assert _splits("add", "d", 2) == before
+
+
+def test_threads_calling_by_rows_at_once_get_numpys_results():
+    # one call at a time has the pool: the others run their rows whole in their own thread
+    import threading
+
+    a, bias = _data((ROWS, COLS), "float64"), _data((COLS,), "float64")
+    expected = [numpy.subtract(a, bias * k) for k in range(6)]
+    results = [None] * 6
+    failed = []
+
+    def work(k):
+        try:
+            for _ in range(5):
+                results[k] = numpy.subtract(a, bias * k)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failed.append(e)
+
+    with fastmath.patch(mode="loops"):
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert not failed and not any(t.is_alive() for t in threads)
+    for got, want in zip(results, expected):
+        _same(want, got)
+
+
+def test_scipys_ufuncs_run_by_rows_only_where_its_errors_are_quiet():
+    # SciPy's loops report special-function errors themselves, from the thread running
+    # them: with a category not "ignore" when the mode starts, its calls stay NumPy's
+    x = _data((ROWS, 2 * COLS), "float64")[:, :COLS]
+    before = _splits("ndtri", "d", 1)
+    with scipy.special.errstate(domain="warn"), numpy.errstate(all="ignore"):
+        with fastmath.patch(mode="loops"):
+            with pytest.warns(scipy.special.SpecialFunctionWarning):
+                scipy.special.ndtri(x)
+    assert _splits("ndtri", "d", 1) == before
