@@ -1,6 +1,6 @@
 """fastmath's native runtime (fastmath/dispatch/_runtime.c) as a program meets it.
 
-    python bench/runtime.py [--rounds 9] [--busy] [--sections cost,split,idle,blas]
+    python bench/runtime.py [--rounds 9] [--busy] [--sections cost,split,idle,blas,rows]
 
 - cost: the fixed cost of a parallel call with nothing to do, its workers warm (calls
   back to back) and parked (calls further apart than the workers' spin).
@@ -19,6 +19,9 @@
 - blas: code that alternates matrix products with elementwise math (a batched product
   and a softmax over its rows), plain and under the loop mode, the function patch and
   ``fastmath`` as ``np``.
+- rows: calls NumPy cuts into rows, plain and under the loop mode (which runs them by rows
+  over the pool): a bias added in place, a column subtracted, an outer product, exp of a
+  strided view, at 200,000 x 64 float64.
 
 Every column is timed in interleaved rounds in one process; a round keeps the best of three
 batches (a batch the scheduler cut into is not the call's cost); figures are medians.
@@ -180,6 +183,24 @@ def blas(args):
         f"{name} {t0 / t:.2f}x" for name, t in times.items()))
 
 
+def rows(args):
+    print("\n## calls NumPy cuts into rows, 200000 x 64 float64 (ratio: plain / loop mode)")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((200_000, 64))
+    wide = rng.standard_normal((200_000, 128))
+    bias, col = rng.standard_normal(64), rng.standard_normal((200_000, 1))
+    cases = {
+        "a += bias": lambda: np.add(a, bias, out=a),
+        "a - column": lambda: a - col,
+        "outer product": lambda: col * bias,
+        "exp(wide[:, :64])": lambda: np.exp(wide[:, :64]),
+    }
+    for name, fn in cases.items():
+        times = rounds_of({"plain": fn, "loops": fn}, args.rounds, {"loops": _loop_mode})
+        print(f"{name:18} plain {times['plain'] * 1e3:6.2f} ms, loop mode "
+              f"{times['loops'] * 1e3:6.2f} ms: {times['plain'] / times['loops']:.2f}x")
+
+
 def bursts(args):
     print("\n## bursts of calls with pauses between them (ratio: NumPy's time / the numpy "
           "backend's; each burst 3 ms of calls, its mean per call; median of the bursts)")
@@ -239,14 +260,14 @@ def crossover(args):
 
 
 SECTIONS = {"cost": cost, "split": split, "bursts": bursts, "idle": idle, "blas": blas,
-            "crossover": crossover}
+            "rows": rows, "crossover": crossover}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--busy", action="store_true", help="another process busy on one core")
-    p.add_argument("--sections", default="cost,split,bursts,idle,blas",
+    p.add_argument("--sections", default="cost,split,bursts,idle,blas,rows",
                    help=f"comma-separated, of: {', '.join(SECTIONS)}")
     args = p.parse_args(argv)
     wanted = args.sections.split(",")
