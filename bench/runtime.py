@@ -19,9 +19,10 @@
 - blas: code that alternates matrix products with elementwise math (a batched product
   and a softmax over its rows), plain and under the loop mode, the function patch and
   ``fastmath`` as ``np``.
-- rows: calls NumPy cuts into rows, plain and under the loop mode (which runs them by rows
-  over the pool): a bias added in place, a column subtracted, an outer product, exp of a
-  strided view, at 200,000 x 64 float64.
+- rows: calls NumPy cuts into rows or casts in buffers, plain and under the loop mode
+  (which runs them by rows over the pool): a bias added in place, a column subtracted, an
+  outer product, exp of a strided view, at 200,000 x 64 float64; log of int64 counts and
+  a float64 array times them, 12.8 million elements.
 
 Every column is timed in interleaved rounds in one process; a round keeps the best of three
 batches (a batch the scheduler cut into is not the call's cost); figures are medians.
@@ -184,16 +185,21 @@ def blas(args):
 
 
 def rows(args):
-    print("\n## calls NumPy cuts into rows, 200000 x 64 float64 (ratio: plain / loop mode)")
+    print("\n## calls NumPy cuts into rows or casts in buffers, 200000 x 64 (ratio: plain / "
+          "loop mode)")
     rng = np.random.default_rng(5)
     a = rng.standard_normal((200_000, 64))
     wide = rng.standard_normal((200_000, 128))
     bias, col = rng.standard_normal(64), rng.standard_normal((200_000, 1))
+    counts = rng.integers(1, 1000, a.size)
+    flat = a.reshape(-1)
     cases = {
         "a += bias": lambda: np.add(a, bias, out=a),
         "a - column": lambda: a - col,
         "outer product": lambda: col * bias,
         "exp(wide[:, :64])": lambda: np.exp(wide[:, :64]),
+        "log(int64 counts)": lambda: np.log(counts),
+        "x * int64 counts": lambda: flat * counts,
     }
     for name, fn in cases.items():
         times = rounds_of({"plain": fn, "loops": fn}, args.rounds, {"loops": _loop_mode})

@@ -196,11 +196,16 @@ static PyUFuncGenericFunction trampolines[NSLOTS] = {P256(0) P256(1) P256(2) P25
  * mode also stands in for the ufunc's call itself (its vectorcall, which operators and
  * every other caller reach) and, for the calls it can take whole, runs the rows itself:
  * each element by NumPy's own loop, given a row or part of one at a time, on the pool's
- * threads. Everything else (small calls, casts, where=, subclasses, scalars, overlapping
- * memory, calls NumPy runs as one run anyway) goes to NumPy's own call unchanged.
+ * threads. So are calls whose integer or bool inputs NumPy casts to the loop's float type
+ * in buffers of 8192 elements (``np.log(counts)``, ``x * n``), each buffer a run of its
+ * own: here each input is cast a block at a time in the thread that computes it.
+ * Everything else (small calls, float casts, where=, dtype=, subclasses, scalars,
+ * overlapping memory, calls NumPy runs as one run anyway) goes to NumPy's own call
+ * unchanged.
  *
- * A call it takes has exact ndarray operands of one float type (float32 or float64,
- * native and aligned), the loop the loop mode reaches for that type, an output of the
+ * A call it takes has exact ndarray operands (native and aligned) of the float type
+ * (float32 or float64) of the loop NumPy picks for them, or of integers or bool that it
+ * casts, the loop the loop mode reaches for that type, an output of the
  * loop's type that is C-contiguous (given as out=, positionally or as a 1-tuple, or made
  * here as NumPy makes it), of the broadcast shape, and of at least the loop's size to
  * split. Its dimensions fall in two groups, rows and columns, each operand's memory
@@ -219,6 +224,10 @@ typedef struct {
     int slot[2];               /* the loop slots of float32 and of float64 (-1: none) */
     npy_intp least;            /* the smaller of their sizes to split */
     int out_type[2];           /* the type number those loops write */
+    /* NumPy's choice of loop for inputs of other types (ufunc.resolve_dtypes): which of
+     * the two (0, 1) or none (-1), for the type numbers of up to two inputs */
+    struct { int t0, t1, which; } chose[8];
+    int nchose;
 } Call;
 
 static Call calls[NCALLS];
@@ -235,7 +244,80 @@ typedef struct {
     npy_intp unit;             /* the output's item size */
     char *base[MAXARGS];
     npy_intp row[MAXARGS], col[MAXARGS];
+    void (*conv[MAXARGS])(const char *, char *, npy_intp); /* an input's cast, or NULL */
+    npy_intp lsize;            /* the loop's input item size (a cast's output) */
 } Rows;
+
+/* Integer and bool inputs NumPy casts to the loop's float type, in its buffers of 8192
+ * elements (so that each run was too short to split): here a block at a time, in the
+ * thread that computes it, as C converts (NumPy's casts of these are C's conversions,
+ * which raise no flag NumPy reads). Float inputs of the other float type are left to
+ * NumPy: a signalling NaN's cast raises invalid, which NumPy reports as the cast's. */
+#define CAST_BLOCK 512
+#define CONV(NAME, S, D, EXPR)                                                            \
+    static void NAME(const char *src, char *dst, npy_intp n)                              \
+    {                                                                                     \
+        const S *x = (const S *)src;                                                      \
+        D *y = (D *)dst;                                                                  \
+        for (npy_intp i = 0; i < n; i++) {                                                \
+            y[i] = (D)(EXPR);                                                             \
+        }                                                                                 \
+    }
+#define CONVS(D)                                                                          \
+    CONV(b_##D, npy_bool, D, x[i] != 0) CONV(i8_##D, npy_int8, D, x[i])                   \
+    CONV(i16_##D, npy_int16, D, x[i]) CONV(i32_##D, npy_int32, D, x[i])                   \
+    CONV(i64_##D, npy_int64, D, x[i]) CONV(u8_##D, npy_uint8, D, x[i])                    \
+    CONV(u16_##D, npy_uint16, D, x[i]) CONV(u32_##D, npy_uint32, D, x[i])                 \
+    CONV(u64_##D, npy_uint64, D, x[i])
+CONVS(float)
+CONVS(double)
+
+/* The cast of a's items to float (lsize 4) or double (8), or NULL where there is none. */
+static void (*converter(PyArrayObject *a, npy_intp lsize))(const char *, char *, npy_intp)
+{
+    static void (*const f[2][9])(const char *, char *, npy_intp) = {
+        {b_float, i8_float, i16_float, i32_float, i64_float, u8_float, u16_float, u32_float,
+         u64_float},
+        {b_double, i8_double, i16_double, i32_double, i64_double, u8_double, u16_double,
+         u32_double, u64_double}};
+    char kind = PyArray_DESCR(a)->kind;
+    npy_intp size = PyArray_ITEMSIZE(a);
+    int at = size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : size == 8 ? 3 : -1;
+    if (at < 0 || (kind == 'b' && size != 1)) {
+        return NULL;
+    }
+    int k = kind == 'b' ? 0 : kind == 'i' ? 1 + at : kind == 'u' ? 5 + at : -1;
+    return k < 0 ? NULL : f[lsize == 8][k];
+}
+
+/* m elements of a row from a (each operand's first), with the inputs that need it cast a
+ * block at a time into buffers the loop reads. */
+static void cast_segment(const Rows *r, char **a, npy_intp m)
+{
+    _Alignas(64) char buf[MAXARGS][CAST_BLOCK * 8];
+    for (npy_intp b = 0; b < m; b += CAST_BLOCK) {
+        npy_intp n = m - b < CAST_BLOCK ? m - b : CAST_BLOCK;
+        char *p[MAXARGS];
+        npy_intp steps[MAXARGS];
+        for (int k = 0; k < r->nargs; k++) {
+            if (r->conv[k] == NULL) {
+                p[k] = a[k] + b * r->col[k];
+                steps[k] = r->col[k];
+            }
+            else if (r->col[k] == 0) { /* broadcast along the row: one value */
+                r->conv[k](a[k], buf[k], 1);
+                p[k] = buf[k];
+                steps[k] = 0;
+            }
+            else {
+                r->conv[k](a[k] + b * r->col[k], buf[k], n);
+                p[k] = buf[k];
+                steps[k] = r->lsize;
+            }
+        }
+        r->loop(p, &n, steps, r->data);
+    }
+}
 
 static void rows_loop(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
@@ -245,10 +327,17 @@ static void rows_loop(char **args, intptr_t const *count, intptr_t const *steps,
     while (left > 0) {
         npy_intp m = r->cols - j < left ? r->cols - j : left;
         char *a[MAXARGS];
+        int casts = 0;
         for (int k = 0; k < r->nargs; k++) {
             a[k] = r->base[k] + i * r->row[k] + j * r->col[k];
+            casts |= r->conv[k] != NULL;
         }
-        r->loop(a, &m, r->col, r->data);
+        if (casts) {
+            cast_segment(r, a, m);
+        }
+        else {
+            r->loop(a, &m, r->col, r->data);
+        }
         left -= m;
         i++;
         j = 0;
@@ -336,6 +425,71 @@ static int numpy_flags(int raised)
 }
 
 /* Kept out of line: the short test in strided_call below stays a few loads and a jump. */
+/* Which of c's loops NumPy runs for the inputs ops: 0 (float32's), 1 (float64's), or -1
+ * (another loop, none, or an error). Inputs of one float type run its loop; for others
+ * NumPy's own resolution (ufunc.resolve_dtypes, which the call makes too) is asked once
+ * and kept. Under the GIL. */
+static int loop_for(Call *c, PyArrayObject *const *ops)
+{
+    int t0 = PyArray_TYPE(ops[0]), t1 = c->nin >= 2 ? PyArray_TYPE(ops[1]) : -1;
+    if (c->nin == 1 || t0 == t1) {
+        if (t0 == NPY_FLOAT || t0 == NPY_DOUBLE) {
+            int w = t0 == NPY_DOUBLE;
+            return c->slot[w] >= 0 ? w : -1;
+        }
+    }
+    if (c->nin > 2) {
+        return -1;
+    }
+    for (int k = 0; k < c->nchose; k++) {
+        if (c->chose[k].t0 == t0 && c->chose[k].t1 == t1) {
+            return c->chose[k].which;
+        }
+    }
+    int which = -1, nargs = c->nin + 1;
+    PyObject *types = PyTuple_New(nargs);
+    if (types == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    for (int k = 0; k < c->nin; k++) {
+        PyTuple_SET_ITEM(types, k, Py_NewRef((PyObject *)PyArray_DESCR(ops[k])));
+    }
+    PyTuple_SET_ITEM(types, c->nin, Py_NewRef(Py_None));
+    PyObject *got = PyObject_CallMethod(c->ufunc, "resolve_dtypes", "(O)", types);
+    Py_DECREF(types);
+    if (got == NULL) { /* no loop: NumPy's call raises its own error */
+        PyErr_Clear();
+    }
+    else {
+        if (PyTuple_Check(got) && PyTuple_GET_SIZE(got) == nargs) {
+            int ok = 1, lt = -1;
+            for (int k = 0; k < nargs && ok; k++) {
+                PyObject *dt = PyTuple_GET_ITEM(got, k);
+                ok = PyArray_DescrCheck(dt);
+                int tn = ok ? ((PyArray_Descr *)dt)->type_num : -1;
+                if (k == 0) {
+                    lt = tn;
+                    which = lt == NPY_FLOAT ? 0 : lt == NPY_DOUBLE ? 1 : -1;
+                    ok = which >= 0 && c->slot[which] >= 0;
+                }
+                else {
+                    ok = ok && tn == (k < c->nin ? lt : c->out_type[which]);
+                }
+            }
+            which = ok ? which : -1;
+        }
+        Py_DECREF(got);
+    }
+    if (c->nchose < (int)(sizeof c->chose / sizeof c->chose[0])) {
+        c->chose[c->nchose].t0 = t0;
+        c->chose[c->nchose].t1 = t1;
+        c->chose[c->nchose].which = which;
+        c->nchose++;
+    }
+    return which;
+}
+
 static __attribute__((noinline)) PyObject *
 rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -380,9 +534,8 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         }
         ops[nin] = (PyArrayObject *)outobj;
     }
-    int t = PyArray_TYPE(ops[0]);
-    int which = t == NPY_FLOAT ? 0 : t == NPY_DOUBLE ? 1 : -1;
-    if (which < 0 || c->slot[which] < 0) {
+    int which = loop_for(c, ops);
+    if (which < 0) {
         goto numpy;
     }
     Slot *s = &slots[c->slot[which]];
@@ -390,20 +543,37 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
             < atomic_load_explicit(&s->min_split, memory_order_relaxed)) {
         goto numpy;
     }
-    int nops = nin + 1, d = 0;
+    int nops = nin + 1, d = 0, casts = 0;
+    npy_intp lsize = which ? 8 : 4, isz[MAXARGS];
+    void (*conv[MAXARGS])(const char *, char *, npy_intp) = {NULL};
     for (int k = 0; k < nops; k++) {
         if (k == nin && outobj == NULL) {
             break;
         }
-        int want = k < nin ? t : c->out_type[which];
-        if (PyArray_TYPE(ops[k]) != want || !PyArray_ISNOTSWAPPED(ops[k])
-                || !PyArray_ISALIGNED(ops[k])) {
+        if (!PyArray_ISNOTSWAPPED(ops[k]) || !PyArray_ISALIGNED(ops[k])) {
             goto numpy;
         }
+        if (k < nin && PyArray_TYPE(ops[k]) != (which ? NPY_DOUBLE : NPY_FLOAT)) {
+            conv[k] = converter(ops[k], lsize);
+            if (conv[k] == NULL) {
+                goto numpy;
+            }
+            casts = 1;
+        }
+        else if (k == nin && PyArray_TYPE(ops[k]) != c->out_type[which]) {
+            goto numpy;
+        }
+        isz[k] = PyArray_ITEMSIZE(ops[k]);
         d = PyArray_NDIM(ops[k]) > d ? PyArray_NDIM(ops[k]) : d;
     }
-    if (d < 2) { /* one dimension: NumPy's one run, which the trampoline splits */
-        goto numpy;
+    /* one dimension: NumPy's one run, which the trampoline splits, unless it casts: then
+     * a row of its own (NumPy's runs are its buffers') */
+    int dn = d;
+    if (d < 2) {
+        if (!casts || d < 1) {
+            goto numpy;
+        }
+        d = 2;
     }
     /* the broadcast shape, and each operand's strides over it (0 where it broadcasts) */
     npy_intp shape[NPY_MAXDIMS], st[MAXARGS][NPY_MAXDIMS];
@@ -436,15 +606,14 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     if (total < atomic_load_explicit(&s->min_split, memory_order_relaxed)) {
         goto numpy;
     }
-    npy_intp osize = c->out_type[which] == NPY_BOOL ? 1 : PyArray_ITEMSIZE(ops[0]);
-    npy_intp isize = PyArray_ITEMSIZE(ops[0]);
+    npy_intp osize = c->out_type[which] == NPY_BOOL ? 1 : lsize;
     if (outobj != NULL) {
-        if (PyArray_NDIM(ops[nin]) != d || !PyArray_IS_C_CONTIGUOUS(ops[nin])
+        if (PyArray_NDIM(ops[nin]) != dn || !PyArray_IS_C_CONTIGUOUS(ops[nin])
                 || !PyArray_ISWRITEABLE(ops[nin])) {
             goto numpy;
         }
-        for (int j = 0; j < d; j++) {
-            if (PyArray_DIM(ops[nin], j) != shape[j]) {
+        for (int j = 0; j < dn; j++) {
+            if (PyArray_DIM(ops[nin], j) != shape[j + d - dn]) {
                 goto numpy;
             }
         }
@@ -476,7 +645,7 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     for (int k0 = 1; k0 < d && cut < 0; k0++) {
         int ok = 1;
         for (int k = 0; k < nops && ok; k++) {
-            npy_intp size = k < nin ? isize : osize;
+            npy_intp size = k < nin ? isz[k] : osize;
             col[k] = group_step(st[k], shape, k0, d, &ok);
             row[k] = group_step(st[k], shape, 0, k0, &ok);
             if (col[k] != 0 && col[k] != size) {
@@ -494,15 +663,16 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     for (int j = cut; j < d; j++) {
         cols *= shape[j];
     }
-    /* all of one run (every operand whole and contiguous, or one element): NumPy's */
-    int one_run = 1;
+    /* all of one run (every operand whole and contiguous, or one element): NumPy's,
+     * unless it casts */
+    int one_run = !casts;
     for (int k = 0; k < nops; k++) {
-        npy_intp size = k < nin ? isize : osize;
+        npy_intp size = k < nin ? isz[k] : osize;
         if (!((col[k] == size && row[k] == cols * size) || (col[k] == 0 && row[k] == 0))) {
             one_run = 0;
         }
     }
-    if (one_run || cols < 2 || total / cols < 2) { /* one column: NumPy's one strided run */
+    if (one_run || cols < 2 || (total / cols < 2 && !casts)) { /* NumPy's one run */
         goto numpy;
     }
     /* an input that overlaps the output other than exactly: NumPy copies it first */
@@ -513,7 +683,7 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
             if (PyArray_BYTES(ops[k]) == olo && row[k] == row[nin] && col[k] == col[nin]) {
                 continue;
             }
-            extent(PyArray_BYTES(ops[k]), st[k], shape, d, isize, &lo, &hi);
+            extent(PyArray_BYTES(ops[k]), st[k], shape, d, isz[k], &lo, &hi);
             if (lo < ohi && olo < hi) {
                 goto numpy;
             }
@@ -521,7 +691,7 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     }
     PyArrayObject *out = (PyArrayObject *)outobj;
     if (out == NULL) {
-        out = (PyArrayObject *)PyArray_SimpleNew(d, shape, c->out_type[which]);
+        out = (PyArrayObject *)PyArray_SimpleNew(dn, shape + (d - dn), c->out_type[which]);
         if (out == NULL) {
             return NULL;
         }
@@ -538,10 +708,12 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     r.cols = cols;
     r.first = PyArray_BYTES(out);
     r.unit = osize;
+    r.lsize = lsize;
     for (int k = 0; k < nops; k++) {
         r.base[k] = PyArray_BYTES(ops[k]);
         r.row[k] = row[k];
         r.col[k] = col[k];
+        r.conv[k] = k < nin ? conv[k] : NULL;
     }
     fm_job job;
     job.timed = 0;
@@ -552,8 +724,8 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     job.steps[0] = osize;
     job.n = total;
     job.piece = atomic_load_explicit(&s->piece, memory_order_relaxed);
-    if (job.piece > (512 << 10) / isize) { /* the runtime caps pieces by the output's bytes */
-        job.piece = (512 << 10) / isize;
+    if (job.piece > (512 << 10) / 8) { /* the runtime caps pieces by the output's bytes */
+        job.piece = (512 << 10) / 8;
     }
     if (atomic_load_explicit(&counting, memory_order_relaxed)) {
         atomic_store_explicit(&s->calls, atomic_load_explicit(&s->calls,
@@ -592,24 +764,27 @@ numpy:
     return c->original(callable, args, nargsf, kwnames);
 }
 
-static inline int two_dims(PyObject *o)
+/* Whether an input may make a call NumPy runs by rows or by buffers: two dimensions or
+ * more, or items NumPy casts (not float32 or float64) */
+static inline __attribute__((always_inline)) int rows_or_casts(PyObject *o)
 {
-    return PyArray_CheckExact(o) && PyArray_NDIM((PyArrayObject *)o) >= 2;
+    return PyArray_CheckExact(o)
+           && (PyArray_NDIM((PyArrayObject *)o) >= 2
+               || (PyArray_TYPE((PyArrayObject *)o) != NPY_DOUBLE
+                   && PyArray_TYPE((PyArrayObject *)o) != NPY_FLOAT));
 }
 
-/* An exact ndarray's size (at most 2^31 counted: the product of two stays in range), else
- * 1: with the other input's, a bound on the size of the call (an out= that the inputs
- * broadcast to is not counted: such a call is left to NumPy) */
-static inline npy_intp size_or_one(PyObject *o)
+/* An exact ndarray's size, else 1: with the other input's, a bound on the size of the call
+ * (an out= that the inputs broadcast to is not counted: such a call is left to NumPy) */
+static inline __attribute__((always_inline)) npy_uintp size_or_one(PyObject *o)
 {
-    if (!PyArray_CheckExact(o)) {
-        return 1;
+    npy_uintp n = 1;
+    if (PyArray_CheckExact(o)) {
+        for (int j = 0; j < PyArray_NDIM((PyArrayObject *)o); j++) {
+            n *= (npy_uintp)PyArray_DIM((PyArrayObject *)o, j);
+        }
     }
-    npy_intp n = 1;
-    for (int j = 0; j < PyArray_NDIM((PyArrayObject *)o) && n < ((npy_intp)1 << 31); j++) {
-        n *= PyArray_DIM((PyArrayObject *)o, j);
-    }
-    return n < ((npy_intp)1 << 31) ? n : ((npy_intp)1 << 31);
+    return n;
 }
 
 /* Whether a call with an input of two dimensions or more is long enough for rows_call to
@@ -644,9 +819,8 @@ admit(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObjec
         }
         ops[k] = (PyArrayObject *)args[k];
     }
-    int t = PyArray_TYPE(ops[0]);
-    int which = t == NPY_FLOAT ? 0 : t == NPY_DOUBLE ? 1 : -1;
-    if (which >= 0 && c->slot[which] >= 0
+    int which = loop_for(c, ops);
+    if (which >= 0
             && broadcast_size(ops, n) >= atomic_load_explicit(&slots[c->slot[which]].min_split,
                                                               memory_order_relaxed)) {
         return rows_call(c, callable, args, nargsf, kwnames);
@@ -664,9 +838,11 @@ strided_call(int i, PyObject *callable, PyObject *const *args, size_t nargsf, Py
 {
     Call *c = &calls[i];
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs >= 1 && (two_dims(args[0]) || (nargs >= 2 && c->nin >= 2 && two_dims(args[1])))
-            && size_or_one(args[0]) * (c->nin >= 2 && nargs >= 2 ? size_or_one(args[1]) : 1)
-               >= c->least) {
+    int two = c->nin >= 2 && nargs >= 2;
+    npy_uintp bound; /* an overflow: two arrays of 2^32 elements or more take the long way */
+    if (nargs >= 1 && (rows_or_casts(args[0]) || (two && rows_or_casts(args[1])))
+            && (__builtin_mul_overflow(size_or_one(args[0]), two ? size_or_one(args[1]) : 1,
+                                       &bound) || bound >= (npy_uintp)c->least)) {
         return admit(c, callable, args, nargsf, kwnames);
     }
     return c->original(callable, args, nargsf, kwnames);

@@ -284,3 +284,73 @@ def test_scipys_ufuncs_run_by_rows_only_where_its_errors_are_quiet():
             with pytest.warns(scipy.special.SpecialFunctionWarning):
                 scipy.special.ndtri(x)
     assert _splits("ndtri", "d", 1) == before
+
+
+# integer and bool inputs NumPy casts to a float loop, in its buffers of 8192 elements:
+# (the ufunc, its operands)
+N = ROWS * COLS
+CASTS = {
+    "log int64": lambda: (numpy.log, RNG.integers(-5, 10**6, N)),
+    "sqrt int32": lambda: (numpy.sqrt, RNG.integers(0, 2**31 - 1, N, dtype="int32")),
+    "exp int16 -> float32": lambda: (numpy.exp, RNG.integers(-90, 90, N, dtype="int16")),
+    "float64 * uint64, large": lambda: (
+        numpy.multiply, RNG.standard_normal(N), RNG.integers(2**53, 2**64 - 1, N, "uint64")),
+    "int64 / int32": lambda: (numpy.divide, RNG.integers(-9, 9, N),
+                              RNG.integers(-3, 3, N, dtype="int32")),
+    "bool + float64": lambda: (numpy.add, RNG.random(N) > 0.5, RNG.standard_normal(N)),
+    "2-d float32 - int16 row": lambda: (
+        numpy.subtract, _data((ROWS, COLS), "float32"),
+        RNG.integers(-300, 300, COLS, dtype="int16")),
+    "2-d uint8 column / float64": lambda: (
+        numpy.divide, RNG.integers(0, 255, (ROWS, 1), dtype="uint8"),
+        _data((ROWS, COLS), "float64")),
+    "power of int64 and a float64 view": lambda: (
+        numpy.power, RNG.integers(0, 9, (ROWS, COLS)),
+        _data((ROWS, 2 * COLS), "float64")[:, 3:3 + COLS]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASTS))
+def test_integer_and_bool_inputs_are_cast_by_blocks_and_bitwise_numpys(case):
+    f, *operands = CASTS[case]()
+    with numpy.errstate(all="ignore"):
+        plain = f(*operands)
+        before = sum(v[1] for v in _loopmode.counts().values())
+        with fastmath.patch(mode="loops"):
+            patched = f(*operands)
+        splits = sum(v[1] for v in _loopmode.counts().values()) - before
+    _same(plain, patched)
+    # one split of the whole call (NumPy's buffers would each be a run of their own: none
+    # long enough to split where the loop is cheap, 157 splits where it is not)
+    assert splits == 1
+
+
+def test_casts_the_row_path_leaves_to_numpy_stay_numpys():
+    f32, f64 = _data((N,), "float32"), _data((N,), "float64")
+    i8 = RNG.integers(-100, 100, N, dtype="int8")
+    ints = RNG.integers(0, 100, N)
+
+    def cases():
+        return [numpy.add(f32, f64),  # a float cast (a signalling NaN's is the cast's)
+                numpy.exp(i8),  # NumPy's float16 loop
+                numpy.add(ints, ints),  # an integer loop
+                numpy.sqrt(f32.astype(">f4")),  # byte-swapped
+                numpy.log(ints, dtype="float32"),  # a loop chosen by dtype=
+                numpy.logical_and(ints, i8)]
+
+    with numpy.errstate(all="ignore"):
+        plain = cases()
+        with fastmath.patch(mode="loops"):
+            patched = cases()
+    for p, q in zip(plain, patched):
+        _same(p, q)
+
+
+def test_fp_errors_of_a_cast_call_are_numpys_reports():
+    ints = numpy.ones(N, "int64")
+    ints[-5] = 0  # log(0): divide by zero, in a piece a pool thread runs
+    call = lambda: numpy.log(ints)  # noqa: E731 - one line for both reports to name
+    plain = _reports(call)
+    with fastmath.patch(mode="loops"):
+        patched = _reports(call)
+    assert patched == plain and plain[1] == "divide by zero encountered in log"
