@@ -354,3 +354,36 @@ def test_fp_errors_of_a_cast_call_are_numpys_reports():
     with fastmath.patch(mode="loops"):
         patched = _reports(call)
     assert patched == plain and plain[1] == "divide by zero encountered in log"
+
+
+def test_a_fork_child_runs_calls_by_rows_and_stop_restores_numpys_call():
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os, numpy, fastmath
+        from fastmath.integrations import _loopmode
+        a = numpy.random.default_rng(0).standard_normal((20_000, 64))
+        bias, counts = a[0].copy(), numpy.arange(a.size) % 7 + 1
+        expected = [(a + bias).tobytes(), numpy.log(counts).tobytes()]
+        fastmath.patch.start("loops")
+        _loopmode.pacing(False)
+        a + bias  # the pool is up in the parent
+        pid = os.fork()
+        if pid == 0:
+            before = _loopmode.counts()["add dd->d"][1]
+            ok = [(a + bias).tobytes(), numpy.log(counts).tobytes()] == expected
+            ok = ok and _loopmode.counts()["add dd->d"][1] > before
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print("CHILD", os.waitstatus_to_exitcode(status))
+        fastmath.patch.stop("loops")
+        before = _loopmode.counts()["add dd->d"][1]
+        print("AFTER", (a + bias).tobytes() == expected[0],
+              _loopmode.counts()["add dd->d"][1] == before)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert "CHILD 0" in r.stdout and "AFTER True True" in r.stdout, r.stdout + r.stderr[-2000:]
