@@ -223,7 +223,7 @@ def test_fp_errors_are_numpys_reports_at_the_users_line(dtype):
     a = numpy.ones((ROWS, COLS), dtype)
     a[-1, -1] = 0.0  # in the last row: a piece a pool thread runs
     inf = numpy.full(COLS, numpy.inf, dtype)
-    calls = [lambda: numpy.divide(inf[:3], a[:, :3] * 0),  # nothing wrong: inf / 0
+    calls = [lambda: numpy.divide(inf[:32], a[:, :32] * 0),  # nothing wrong: inf / 0
              lambda: numpy.divide(a[0], a),  # divide by zero
              lambda: numpy.subtract(a * numpy.inf, inf),  # inf - inf: invalid
              lambda: numpy.multiply(a + 1, numpy.full(COLS, numpy.finfo(dtype).max, dtype)),
@@ -387,3 +387,19 @@ def test_a_fork_child_runs_calls_by_rows_and_stop_restores_numpys_call():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert "CHILD 0" in r.stdout and "AFTER True True" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+def test_narrow_rows_are_left_to_numpys_buffers():
+    # under 16 columns NumPy's buffered runs are kept: splits of such calls lost with one
+    # core busy (see MIN_COLS in fastmath/integrations/_loops.c)
+    x, mu = _data((ROWS * 4, 4), "float64"), _data((4,), "float64")
+    wide, row = _data((ROWS, 16), "float64"), _data((16,), "float64")
+    before = _splits("subtract", "d", 2)
+    plain = [x - mu, wide - row]
+    with fastmath.patch(mode="loops"):
+        patched = [x - mu]
+        assert _splits("subtract", "d", 2) == before
+        patched.append(wide - row)
+        assert _splits("subtract", "d", 2) == before + 1
+    for p, q in zip(plain, patched):
+        _same(p, q)
