@@ -45,6 +45,14 @@ def _same(plain, patched):
     assert patched.tobytes() == plain.tobytes()
 
 
+def _with_and_without(cases):
+    """cases()'s results plain and under the loop mode, FP errors ignored."""
+    with numpy.errstate(all="ignore"):
+        plain = cases()
+        with fastmath.patch(mode="loops"):
+            return plain, cases()
+
+
 def _data(shape, dtype):
     x = (RNG.standard_normal(shape) * 3).astype(dtype)
     flat = x.reshape(-1)
@@ -161,10 +169,7 @@ def test_overlapping_operands_are_numpys_copies_first():
         out.append(y)
         return out
 
-    with numpy.errstate(all="ignore"):
-        plain = cases()
-        with fastmath.patch(mode="loops"):
-            patched = cases()
+    plain, patched = _with_and_without(cases)
     for p, q in zip(plain, patched):
         _same(p, q)
 
@@ -189,10 +194,7 @@ def test_calls_the_row_path_leaves_to_numpy_stay_numpys():
             numpy.add(a, a[0], casting="same_kind"),
         ]
 
-    with numpy.errstate(all="ignore"):
-        plain = cases()
-        with fastmath.patch(mode="loops"):
-            patched = cases()
+    plain, patched = _with_and_without(cases)
     for p, q in zip(plain, patched):
         assert type(p) is type(q)
         _same(p, q)
@@ -338,10 +340,7 @@ def test_casts_the_row_path_leaves_to_numpy_stay_numpys():
                 numpy.log(ints, dtype="float32"),  # a loop chosen by dtype=
                 numpy.logical_and(ints, i8)]
 
-    with numpy.errstate(all="ignore"):
-        plain = cases()
-        with fastmath.patch(mode="loops"):
-            patched = cases()
+    plain, patched = _with_and_without(cases)
     for p, q in zip(plain, patched):
         _same(p, q)
 
