@@ -402,3 +402,73 @@ def test_narrow_rows_are_left_to_numpys_buffers():
         assert _splits("subtract", "d", 2) == before + 1
     for p, q in zip(plain, patched):
         _same(p, q)
+
+
+FUZZ_UFUNCS = ["add", "subtract", "multiply", "divide", "power", "maximum", "arctan2",
+               "hypot", "greater", "less_equal", "logaddexp", "floor_divide", "fmod",
+               "copysign", "exp", "log", "sqrt", "isnan", "tanh", "negative"]
+FUZZ_DTYPES = ["float32", "float64", "int64", "int32", "int16", "uint8", "uint64", "bool",
+               "float16"]
+
+
+def _fuzz_operand(rng, shape, dtype):
+    if dtype == "bool":
+        return rng.random(shape) > 0.5
+    if dtype[0] in "iu":
+        info = numpy.iinfo(dtype)
+        return rng.integers(max(info.min, -1000), min(info.max, 1000), shape, dtype=dtype)
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    x.reshape(-1)[::37] = numpy.nan
+    return x
+
+
+def _fuzz_outcome(f, args, into_first):
+    """What the call gives: its result's dtype, shape, strides and bytes and the FP warnings
+    it raised, or its error."""
+    if into_first:
+        args = [a.copy() for a in args]
+    try:
+        with warnings.catch_warnings(record=True) as seen, numpy.errstate(all="warn"):
+            warnings.simplefilter("always")
+            r = numpy.asarray(f(*args, out=args[0]) if into_first else f(*args))
+        return (r.dtype, r.shape, r.strides, r.tobytes(), sorted(str(w.message) for w in seen))
+    except Exception as e:  # noqa: BLE001 - the error is the outcome compared
+        return (type(e).__name__, str(e))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_calls_with_every_run_split_are_numpys(seed, monkeypatch):
+    # random ufuncs, shapes, broadcasts, views and dtypes, out= the first operand or none,
+    # with every run of two elements or more split (rows and casts included)
+    import random
+
+    rng, pick = numpy.random.default_rng(seed), random.Random(seed)
+    monkeypatch.setattr(_loopmode, "_SPLIT_AT", 2)
+    monkeypatch.setattr(_loopmode, "_MIN_SPLIT", 2)
+    monkeypatch.setattr(_loopmode, "_PIECE", 64)
+    before = sum(v[1] for v in _loopmode.counts().values())
+    for _ in range(500):
+        f = getattr(numpy, pick.choice(FUZZ_UFUNCS))
+        nd = pick.choice([1, 2, 2, 3])
+        shape = [pick.choice([1, 2, 3, 5, 16, 17, 33, 64]) for _ in range(nd)]
+        args = []
+        for _ in range(f.nin):
+            s = [1 if pick.random() < 0.3 else n for n in shape][pick.randrange(nd)
+                                                                  if pick.random() < 0.3 else 0:]
+            a = _fuzz_operand(rng, tuple(s), pick.choice(FUZZ_DTYPES))
+            view = pick.randrange(6)
+            if view == 0 and a.ndim >= 2:
+                a = a[:, ::-1]
+            elif view == 1 and a.ndim >= 2 and a.shape[1] > 2:
+                a = a[:, 1:]
+            elif view == 2 and a.shape and a.shape[0] > 2:
+                a = a[::2]
+            elif view == 3 and a.ndim == 2:
+                a = a.T
+            args.append(a)
+        into_first = pick.random() < 0.3
+        plain = _fuzz_outcome(f, args, into_first)
+        with fastmath.patch(mode="loops"):
+            patched = _fuzz_outcome(f, args, into_first)
+        assert patched == plain, (f.__name__, [(a.dtype, a.shape, a.strides) for a in args])
+    assert sum(v[1] for v in _loopmode.counts().values()) > before + 100
