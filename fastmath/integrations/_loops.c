@@ -50,7 +50,7 @@ typedef struct {
     atomic_long piece;               /* elements per piece */
     atomic_ulong calls, split_calls, paced_calls;
     fm_pace pace[FM_BUCKETS]; /* the back-off of its splits, by run length (fm_split) */
-    fm_pace rows[FM_BUCKETS]; /* the same for whole calls split by rows (strided_call) */
+    fm_pace rows[FM_BUCKETS]; /* the same for whole calls split by rows (rows_call) */
 } Slot;
 
 /* All a short run reads, in one 16-byte cell apart from the Slot: the short path touches
@@ -73,6 +73,29 @@ static atomic_int counting = 0; /* count calls: every run then takes long_run */
  * is, or run whole and timed for the pacing (see run_slot). */
 enum { DONE, PLAIN, TIMED };
 
+/* One more call of s, where calls are counted: a plain load and store, not a locked add: a
+ * count for reports, where a rare lost increment under contention costs less than a bus
+ * lock on every run */
+static inline void count_call(Slot *s)
+{
+    if (atomic_load_explicit(&counting, memory_order_relaxed)) {
+        atomic_store_explicit(&s->calls,
+                              atomic_load_explicit(&s->calls, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    }
+}
+
+/* What the runtime did with a run of s (rt->split's answer), in s's counts */
+static inline void count_how(Slot *s, int how)
+{
+    if (how == FM_SPLIT) {
+        atomic_fetch_add_explicit(&s->split_calls, 1, memory_order_relaxed);
+    }
+    else if (how == FM_WHOLE_PACED) {
+        atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
+    }
+}
+
 /* Split one run over the runtime's pool, or say that the pacing keeps it whole now (TIMED:
  * the trampoline runs it); PLAIN when the pool cannot take it. */
 static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *data)
@@ -89,12 +112,7 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
         job.steps[k] = steps[k];
     }
     int how = rt->split_or_say(s->pace, &job, 0);
-    if (how == FM_SPLIT) {
-        atomic_fetch_add_explicit(&s->split_calls, 1, memory_order_relaxed);
-    }
-    else if (how == FM_WHOLE_PACED) {
-        atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
-    }
+    count_how(s, how);
     return how == FM_SPLIT ? DONE : how == FM_NOT_RUN ? PLAIN : TIMED;
 }
 
@@ -129,13 +147,7 @@ static __attribute__((noinline)) int long_run(Slot *s, char **args, npy_intp con
                                               npy_intp const *steps, void *data)
 {
     npy_intp n = dims[0];
-    if (atomic_load_explicit(&counting, memory_order_relaxed)) {
-        /* a plain load and store, not a locked add: a count for reports, where a rare lost
-         * increment under contention costs less than a bus lock on every run */
-        atomic_store_explicit(&s->calls,
-                              atomic_load_explicit(&s->calls, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
-    }
+    count_call(s);
     if (!(n >= atomic_load_explicit(&s->min_split, memory_order_relaxed)
             && atomic_load_explicit(&enabled, memory_order_relaxed)
             && independent(s, args, n, steps))) {
@@ -425,7 +437,6 @@ static int numpy_flags(int raised)
            | (raised & FE_UNDERFLOW ? 4 : 0) | (raised & FE_INVALID ? 8 : 0);
 }
 
-/* Kept out of line: the short test in strided_call below stays a few loads and a jump. */
 /* Which of c's loops NumPy runs for the inputs ops: 0 (float32's), 1 (float64's), or -1
  * (another loop, none, or an error). Inputs of one float type run its loop; for others
  * NumPy's own resolution (ufunc.resolve_dtypes, which the call makes too) is asked once
@@ -491,66 +502,20 @@ static int loop_for(Call *c, PyArrayObject *const *ops)
     return which;
 }
 
+/* The call by rows where admit() found it may be one: ops (the inputs, then out= where
+ * given: n of them) exact ndarrays broadcast to at least the size to split of the loop
+ * `which`. Kept out of line: rows_call's frame holds a job aligned to a cache line. */
 static __attribute__((noinline)) PyObject *
-rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames,
+          PyArrayObject **ops, int n, int which)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     int nin = c->nin;
-    PyObject *outobj = NULL;
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) {
-        goto numpy;
-    }
-    if (kwnames == NULL) {
-        if (nargs == nin + 1) {
-            outobj = args[nin];
-        }
-        else if (nargs != nin) {
-            goto numpy;
-        }
-    }
-    else {
-        if (nargs != nin || PyTuple_GET_SIZE(kwnames) != 1
-                || !is_out(PyTuple_GET_ITEM(kwnames, 0))) {
-            goto numpy;
-        }
-        outobj = args[nin];
-        if (PyTuple_CheckExact(outobj) && PyTuple_GET_SIZE(outobj) == 1) {
-            outobj = PyTuple_GET_ITEM(outobj, 0);
-        }
-    }
-    if (outobj == Py_None) {
-        outobj = NULL;
-    }
-    /* the cheap tests first: every small call leaves here */
-    PyArrayObject *ops[MAXARGS];
-    for (int k = 0; k < nin; k++) {
-        if (!PyArray_CheckExact(args[k])) {
-            goto numpy;
-        }
-        ops[k] = (PyArrayObject *)args[k];
-    }
-    if (outobj != NULL) {
-        if (!PyArray_CheckExact(outobj)) {
-            goto numpy;
-        }
-        ops[nin] = (PyArrayObject *)outobj;
-    }
-    int which = loop_for(c, ops);
-    if (which < 0) {
-        goto numpy;
-    }
+    PyObject *outobj = n > nin ? (PyObject *)ops[nin] : NULL;
     Slot *s = &slots[c->slot[which]];
-    if (broadcast_size(ops, outobj != NULL ? nin + 1 : nin)
-            < atomic_load_explicit(&s->min_split, memory_order_relaxed)) {
-        goto numpy;
-    }
     int nops = nin + 1, d = 0, casts = 0;
     npy_intp lsize = which ? 8 : 4, isz[MAXARGS];
     void (*conv[MAXARGS])(const char *, char *, npy_intp) = {NULL};
-    for (int k = 0; k < nops; k++) {
-        if (k == nin && outobj == NULL) {
-            break;
-        }
+    for (int k = 0; k < n; k++) {
         if (!PyArray_ISNOTSWAPPED(ops[k]) || !PyArray_ISALIGNED(ops[k])) {
             goto numpy;
         }
@@ -581,10 +546,7 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     for (int j = 0; j < d; j++) {
         shape[j] = 1;
     }
-    for (int k = 0; k < nops; k++) {
-        if (k == nin && outobj == NULL) {
-            break;
-        }
+    for (int k = 0; k < n; k++) {
         int nd = PyArray_NDIM(ops[k]);
         for (int j = 0; j < d; j++) {
             int jj = j - (d - nd);
@@ -600,12 +562,9 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
             }
         }
     }
-    npy_intp total = 1;
+    npy_intp total = 1; /* at least the size to split: admit() read it (broadcast_size) */
     for (int j = 0; j < d; j++) {
         total *= shape[j];
-    }
-    if (total < atomic_load_explicit(&s->min_split, memory_order_relaxed)) {
-        goto numpy;
     }
     npy_intp osize = c->out_type[which] == NPY_BOOL ? 1 : lsize;
     if (outobj != NULL) {
@@ -734,13 +693,12 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     job.steps[0] = osize;
     job.n = total;
     job.piece = atomic_load_explicit(&s->piece, memory_order_relaxed);
-    if (job.piece > (512 << 10) / 8) { /* the runtime caps pieces by the output's bytes */
+    /* the runtime caps a piece's bytes by its steps, here the output's (bool's 1 byte):
+     * the cap by the widest operand, 8 bytes */
+    if (job.piece > (512 << 10) / 8) {
         job.piece = (512 << 10) / 8;
     }
-    if (atomic_load_explicit(&counting, memory_order_relaxed)) {
-        atomic_store_explicit(&s->calls, atomic_load_explicit(&s->calls,
-                              memory_order_relaxed) + 1, memory_order_relaxed);
-    }
+    count_call(s);
     int how, raised;
     Py_BEGIN_ALLOW_THREADS
     feclearexcept(FP_ERRORS);
@@ -752,12 +710,7 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     raised = fetestexcept(FP_ERRORS);
     feclearexcept(FP_ERRORS);
     Py_END_ALLOW_THREADS
-    if (how == FM_SPLIT) {
-        atomic_fetch_add_explicit(&s->split_calls, 1, memory_order_relaxed);
-    }
-    else if (how == FM_WHOLE_PACED) {
-        atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
-    }
+    count_how(s, how);
     if (raised && report != NULL) {
         PyObject *flags = PyLong_FromLong(numpy_flags(raised));
         PyObject *done = flags == NULL ? NULL
@@ -797,18 +750,24 @@ static inline __attribute__((always_inline)) npy_uintp size_or_one(PyObject *o)
     return n;
 }
 
-/* Whether a call with an input of two dimensions or more is long enough for rows_call to
- * look at: exact ndarrays of a float type this ufunc's entry has a loop for, broadcast to
- * at least that loop's size to split, out= at most. Its own small frame, from which
- * NumPy's call is a jump: rows_call's frame (a job aligned to a cache line) made every
- * call of two 3x3 arrays 3-5% slower than NumPy's. */
+/* Whether a call that strided_call let through is one for rows_call to look at: exact
+ * ndarrays for whose types NumPy runs one of this entry's loops (loop_for), broadcast to
+ * at least that loop's size to split, out= at most (positional, or the one keyword). Read
+ * once and handed on. Its own small frame, from which NumPy's call is a jump: rows_call's
+ * frame (a job aligned to a cache line) made every call of two 3x3 arrays 3-5% slower
+ * than NumPy's. */
 static __attribute__((noinline)) PyObject *
 admit(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     int nin = c->nin, n = nin;
     PyArrayObject *ops[MAXARGS];
-    if (nargs == nin + 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) == 1 && nargs == nin)) {
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) {
+        goto numpy;
+    }
+    if (kwnames == NULL ? nargs == nin + 1
+                        : nargs == nin && PyTuple_GET_SIZE(kwnames) == 1
+                          && is_out(PyTuple_GET_ITEM(kwnames, 0))) {
         PyObject *o = args[nin];
         if (kwnames != NULL && PyTuple_CheckExact(o) && PyTuple_GET_SIZE(o) == 1) {
             o = PyTuple_GET_ITEM(o, 0);
@@ -833,7 +792,7 @@ admit(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObjec
     if (which >= 0
             && broadcast_size(ops, n) >= atomic_load_explicit(&slots[c->slot[which]].min_split,
                                                               memory_order_relaxed)) {
-        return rows_call(c, callable, args, nargsf, kwnames);
+        return rows_call(c, callable, args, nargsf, kwnames, ops, n, which);
     }
 numpy:
     return c->original(callable, args, nargsf, kwnames);
