@@ -468,12 +468,16 @@ def test_bool_output_loops_are_restored_on_removal():
 def clocks():
     """The loop mode's back-off on made-up clocks (wall, the caller's CPU time): the
     tests below decide whether a split lost, whatever the load on this machine."""
+    # workers that never park between the runs: a split that woke a parked one is not
+    # judged (its wake-up is no sign of a busy core), and these tests judge every split.
+    # A worker parked before is woken here, and spins from then on: woken by the tests'
+    # first runs instead, on a loaded machine it counted as parked for some runs after
+    # (its wake-up took longer than they did), and those splits went unjudged.
+    spin = _loopmode._runtime.set_spin(0.5)
+    _loopmode._runtime.fixed_cost(3, 0)
     wall, cpu = FakeClock(), FakeClock()
     _loopmode._runtime._set_clock(wall, cpu)
     every = _loopmode._runtime.set_cpu_every(1)  # every split reads the caller's CPU time
-    # workers that never park between the runs: a split that woke a parked one is not
-    # judged (its wake-up is no sign of a busy core), and these tests judge every split
-    spin = _loopmode._runtime.set_spin(0.5)
     yield wall, cpu
     _loopmode._runtime._set_clock(None, None)
     _loopmode._runtime.set_cpu_every(every)
