@@ -305,7 +305,8 @@ def unsound(name, spec, dtype, kernel=None):
     key = (name, spec.name, dtype)
     if key not in _probed:
         kernel = _kernel(name, spec) if kernel is None else kernel
-        _probed[key] = None if kernel is None else _verify.probe(spec, kernel, dtype)
+        _probed[key] = (None if kernel is None
+                        else _verify.probe(spec, kernel, dtype, name))
     return _probed[key]
 
 

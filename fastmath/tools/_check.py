@@ -66,7 +66,7 @@ def operands(spec, dtype, n=4096):
 def bound(spec, backend, result_dtype) -> int:
     if backend in BITWISE or result_dtype not in (np.float32, np.float64):
         return 0
-    return spec.ulp[0] if result_dtype == np.float32 else spec.ulp[1]
+    return spec.bound(result_dtype, backend)
 
 
 class _RanOn(logging.Handler):

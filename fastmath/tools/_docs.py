@@ -49,9 +49,10 @@ def function_table() -> str:
     for spec in _registry.ROWS:
         ref = f"`{spec.ref.replace(':', '.')}`" + "".join(f" (also `{a}`)" for a in spec.aliases)
         loops = "; ".join(sorted({_LOOPS.get(fam, "float32, float64") for fam in spec.kernels}))
+        gpu = f" (torch-cuda {spec.gpu_ulp[0]} / {spec.gpu_ulp[1]})" if spec.gpu_ulp else ""
         lines.append(f"| `{spec.name}` | {ref} | {spec.kind} | "
                      + " | ".join(_cell(spec, b) for b in names)
-                     + f" | {loops or '-'} | {spec.ulp[0]} / {spec.ulp[1]} |")
+                     + f" | {loops or '-'} | {spec.ulp[0]} / {spec.ulp[1]}{gpu} |")
     lines += ["", "The numpy backend takes every function: it is the last in every chain, so "
               "a call any other backend declines still runs, with NumPy's result."]
     return "\n".join(lines) + "\n"

@@ -40,7 +40,7 @@ def test_special_values_are_the_references(case, layout, dtype):
             got = getattr(fastmath, spec.name)(*ins)
     assert got.dtype == expected.dtype
     far, where = _verify.worst(got, expected, ins)
-    assert far <= _verify.bound(spec, dtype), where
+    assert far <= _verify.bound(spec, dtype, backend), where
     assert all(x.tobytes() == s.tobytes() for x, s in zip(ins, saved))
 
 
@@ -48,7 +48,7 @@ def test_the_kernel_itself_passes_the_probe():
     """The guard below would hide a broken kernel from the test above (NumPy's result is
     used instead): the kernels themselves must pass, or the row loses its kernel."""
     bad = [(s.name, b, dt, why) for s, b in CASES for dt in ("float32", "float64")
-           if (why := _verify.probe(s, backends.get(b).kernel(s), dt)) is not None]
+           if (why := _verify.probe(s, backends.get(b).kernel(s), dt, b)) is not None]
     assert not bad
 
 
@@ -91,6 +91,57 @@ def test_probe_allows_the_rows_bound():
 
     assert _verify.probe(spec, off_by(2), "float64") is None
     assert "(3 ULP, at x=" in _verify.probe(spec, off_by(3), "float64")
+
+
+def _canonical_nans(name):
+    """``name``'s NumPy loop with every NaN written as 0x7fffffff, as CUDA writes them
+    (an NVIDIA H200 under torch 2.11: x86 gives 0x7fc00000, and 0xffc00000 for -nan)."""
+    def kernel(*args):
+        *ins, out = args
+        getattr(np, name)(*ins, out=out)
+        out[np.isnan(out)] = np.array(0x7FFFFFFF, np.uint32).view(np.float32)
+        return 0
+    return kernel
+
+
+@pytest.mark.parametrize("name", ["square", "reciprocal"])
+def test_probe_takes_any_nan_for_nan(name):
+    """A NaN's payload and sign are not values (NumPy keeps neither, and assert_same's
+    NaN is any NaN): rows held bitwise still take CUDA's NaN. Before, the probe refused
+    the kernel, naming an element where both agreed: "0.0 where NumPy/SciPy gives 0.0
+    (1 ULP, at x=0.0)"."""
+    with np.errstate(all="ignore"):
+        assert _verify.probe(BY_NAME[name], _canonical_nans(name), "float32") is None
+
+
+def test_probe_names_the_zero_whose_sign_differs():
+    def positive_zeros(x, out):
+        np.square(x, out=out)
+        out[np.isnan(out)] = np.array(0x7FFFFFFF, np.uint32).view(np.float32)
+        np.copysign(out, np.where(x == 0, -1.0, 1.0).astype(x.dtype), out=out)
+        return 0
+
+    with np.errstate(all="ignore"):
+        why = _verify.probe(BY_NAME["square"], positive_zeros, "float32")
+    assert why == "-0.0 where NumPy/SciPy gives 0.0 (1 ULP, at x=0.0), short layout"
+
+
+def test_torch_cuda_is_held_to_the_rows_gpu_bound():
+    """CUDA's double tanh is 2 ULP from NumPy's (an H200; CUDA documents its own 1-2), the
+    CPU kernels 1: the probe holds torch-cuda to ``gpu_ulp``, every other backend to
+    ``ulp``."""
+    spec = BY_NAME["tanh"]
+
+    def two_ulp_up(x, out):
+        np.tanh(x, out=out)
+        finite = np.isfinite(out) & (out > 0.1)
+        out[finite] = np.nextafter(np.nextafter(out[finite], np.inf), np.inf)
+        return 0
+
+    with np.errstate(all="ignore"):
+        assert "(2 ULP, at x=" in _verify.probe(spec, two_ulp_up, "float64", "torch-cpu")
+        assert _verify.probe(spec, two_ulp_up, "float64", "torch-cuda") is None
+        assert _verify.probe(spec, two_ulp_up, "float64") is not None
 
 
 def _break_exp(monkeypatch, backend_name, spoil):

@@ -226,7 +226,7 @@ def _ufunc_case(spec, backend, makes, opts):
     written = written[0] if isinstance(written, tuple) else written
     rdt = np.asarray(written).dtype if written is not None else None
     if backend not in BITWISE and rdt in (np.float32, np.float64):
-        ulps = spec.ulp[0] if rdt == np.float32 else spec.ulp[1]
+        ulps = spec.bound(rdt, backend)
     if exp.error is None:
         if mask is not None and "out" not in exp.kwargs:
             # where= without out=: unselected elements are uninitialised in NumPy too
@@ -275,7 +275,7 @@ def _bound(spec, backend, value):
     rdt = np.asarray(value).dtype
     if backend in BITWISE or rdt not in (np.float32, np.float64):
         return 0
-    return spec.ulp[0] if rdt == np.float32 else spec.ulp[1]
+    return spec.bound(rdt, backend)
 
 
 def _count(name):

@@ -40,7 +40,7 @@ def reference(spec):
 def bound(spec, backend, dtype):
     if backend in BITWISE or np.dtype(dtype) not in (np.float32, np.float64):
         return 0
-    return spec.ulp[0] if np.dtype(dtype) == np.float32 else spec.ulp[1]
+    return spec.bound(dtype, backend)
 
 
 def values(dtype, n, seed=0):
