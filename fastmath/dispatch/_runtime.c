@@ -29,12 +29,18 @@
  * sends the next `skip` calls of that kernel and length whole (doubling while splits keep
  * losing, up to MOST_PAUSE, halving when one wins), and one call in SAMPLE runs whole to
  * keep that time. A split that had to wake a parked worker is not counted a loss: the
- * wake-up is no sign of a busy core; nor is one begun while another library's threads
+ * wake-up is no sign of a busy core (unless the runtime parked it on purpose, below); nor
+ * is one begun while another library's threads
  * still spin after their own call (foreign(): torch's OpenMP workers spin for a fraction of
  * a millisecond, and the next split or two beside them lost, then paused every later
  * call of that kernel and length although the cores were free again). A split that no
- * worker joined is lost where a running worker should have come, else not judged (see
- * fm_judge).
+ * worker joined is not judged; where a running worker should have come (FM_ABSENT), its
+ * core was taken, by another process or by a thread that spins without yielding it
+ * (OpenBLAS's, 2^24 cycles after each matrix product), and a woken thread takes its core
+ * back at once where a spinning one waits out a time slice: for shut_out_ns (20 ms)
+ * workers then park as soon as a call is done, and the splits that wake them are judged
+ * as any (FM_WOKE_ON_PURPOSE). trace() records the pacing's events, to see why a
+ * program's splits lose.
  * Clocks: the real ones, or, for tests (_set_clock), Python callables returning seconds.
  */
 #define PY_SSIZE_T_CLEAN
@@ -153,6 +159,11 @@ static int beside_foreign(long long began)
            && began < atomic_load_explicit(&foreign_until, memory_order_relaxed);
 }
 static atomic_int cpu_every = 8;
+/* Until shut_out_until (real wall ns) workers park as soon as a call is done: a split
+ * found its running worker shut out of its core (FM_ABSENT), by another thread that
+ * spins without yielding it (OpenBLAS's after a matrix product), and a parked worker that
+ * a call wakes takes the core back at once where a spinning one waits a time slice. */
+static atomic_llong shut_out_ns = 20000000, shut_out_until = 0;
 
 /* What the job would have taken in one thread: the caller's CPU time for its own pieces,
  * scaled to all of them; -1 when the caller ran none. */
@@ -213,8 +224,12 @@ static void wait_for_call(unsigned long *seen)
         }
         if (yielding) {
             sched_yield();
-            if ((spins & 7) == 0 && real_wall_ns() >= until) {
-                break;
+            if ((spins & 7) == 0) {
+                long long now = real_wall_ns();
+                if (now >= until || now < atomic_load_explicit(&shut_out_until,
+                                                               memory_order_relaxed)) {
+                    break;
+                }
             }
             continue;
         }
@@ -222,8 +237,9 @@ static void wait_for_call(unsigned long *seen)
         if ((spins & 63) == 0) {
             long long now = real_wall_ns();
             yielding = now >= eager;
-            if (now >= until) {
-                break;
+            if (now >= until || now < atomic_load_explicit(&shut_out_until,
+                                                           memory_order_relaxed)) {
+                break; /* (shut out: park, see shut_out_until) */
             }
         }
     }
@@ -426,6 +442,10 @@ static int fm_start(fm_job *job, int threads)
     atomic_store(&pool.current, job);
     atomic_fetch_add(&pool.generation, 1); /* seq_cst, then the sleepers read: see wait_for_call */
     job->woke = starting || atomic_load(&sleepers) > 0;
+    if (job->woke && real_wall_ns() < atomic_load_explicit(&shut_out_until,
+                                                          memory_order_relaxed)) {
+        job->woke = FM_WOKE_ON_PURPOSE;
+    }
     if (job->woke && atomic_load_explicit(&wake_pending, memory_order_relaxed)) {
         late_here++;
     }
@@ -468,11 +488,38 @@ static void fm_finish(fm_job *job)
     if (joined) {
         atomic_fetch_add_explicit(&joins, joined, memory_order_relaxed);
     }
-    job->absent = !job->woke && joined == 0
-                  && real_wall_ns() - job->started >= ABSENT_NS;
+    long long now = real_wall_ns();
+    job->absent = !job->woke && joined == 0 && now - job->started >= ABSENT_NS;
+    if (job->absent) {
+        atomic_store_explicit(&shut_out_until,
+                              now + atomic_load_explicit(&shut_out_ns, memory_order_relaxed),
+                              memory_order_relaxed);
+    }
 }
 
 /* ---- pacing ------------------------------------------------------------------------ */
+
+/* trace(): the last TRACE_N pacing events (whole runs kept, splits judged), for finding
+ * out why a program's splits lose; off (one relaxed load per event) unless asked for. */
+#define TRACE_N 65536
+typedef struct {
+    long long at, n, wall, alone, whole; /* ns; whole: the record's estimate for n */
+    int kind, woke, came, lost, paused;  /* kind 0 kept whole, 1 split judged */
+} TraceEvent;
+static TraceEvent *trace_ring = NULL;
+static atomic_int tracing = 0;
+static atomic_ulong traced = 0;
+
+static void trace_event(int kind, intptr_t n, long long wall, long long alone,
+                        long long whole, int woke, int came, int lost, int paused)
+{
+    if (!atomic_load_explicit(&tracing, memory_order_relaxed) || trace_ring == NULL) {
+        return;
+    }
+    unsigned long k = atomic_fetch_add_explicit(&traced, 1, memory_order_relaxed);
+    TraceEvent *e = &trace_ring[k % TRACE_N];
+    *e = (TraceEvent){real_wall_ns(), n, wall, alone, whole, kind, woke, came, lost, paused};
+}
 
 static fm_pace (*paces)[FM_BUCKETS] = NULL; /* Python callers' records, by number */
 static atomic_int npaces = 0;
@@ -502,6 +549,8 @@ static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
     int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
     atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
     atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
+    trace_event(0, n, ns, -1, -1, 0, 0, 0, atomic_load_explicit(&pace->left,
+                                                                 memory_order_relaxed));
     KEEP_FLAGS_END
 }
 
@@ -582,7 +631,10 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
         came = FM_UNKNOWN; /* made-up clocks (tests): whether a worker came is the
                             * machine's doing, which they do not replace */
     }
-    if (came == FM_UNSEEN) {
+    if (came == FM_UNSEEN || came == FM_ABSENT) {
+        /* an absent worker: workers park at once for a while (fm_finish), so the next
+         * split wakes one, which takes its core back; that split is judged */
+        trace_event(1, n, wall, alone, -1, woke, came, 0, 0);
         return;
     }
     KEEP_FLAGS_BEGIN
@@ -590,9 +642,9 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
     skip = skip < 1 ? 1 : skip;
     unsigned whole = fm_one_thread_ps(pace);
-    int lost = came == FM_ABSENT || (alone >= 0 && wall * 100 > alone * 105)
+    int lost = (alone >= 0 && wall * 100 > alone * 105)
                || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)n);
-    if (lost && (woke || beside_foreign(wall_ns() - wall))) {
+    if (lost && (woke == 1 || beside_foreign(wall_ns() - wall))) {
         /* A worker had parked (the calls kept whole by a pause leave it time to): its
          * wake-up, 30 us to over a millisecond on a VM, is no sign of a busy core, and
          * counting it a loss made every pause end in another, longer one. Likewise a
@@ -606,6 +658,8 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     else {
         atomic_store_explicit(&pace->skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
     }
+    trace_event(1, n, wall, alone, (long long)((double)whole * (double)n * 1e-3), woke, came,
+                lost, atomic_load_explicit(&pace->left, memory_order_relaxed));
     KEEP_FLAGS_END
 }
 
@@ -1425,7 +1479,12 @@ static PyObject *py_judge(PyObject *self, PyObject *args)
     int pace, woke = 0, came = FM_UNKNOWN;
     Py_ssize_t n;
     double wall, alone;
-    if (!PyArg_ParseTuple(args, "indd|pi", &pace, &n, &wall, &alone, &woke, &came)) {
+    if (!PyArg_ParseTuple(args, "indd|ii", &pace, &n, &wall, &alone, &woke, &came)) {
+        return NULL;
+    }
+    if (woke < 0 || woke > FM_WOKE_ON_PURPOSE) {
+        PyErr_Format(PyExc_ValueError, "woke must be False, True or WOKE_ON_PURPOSE, got %d",
+                     woke);
         return NULL;
     }
     if (came < FM_UNKNOWN || came > FM_UNSEEN) {
@@ -1574,14 +1633,63 @@ static PyObject *py_set_clock(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_set_shut_out(PyObject *self, PyObject *args)
+{
+    double s;
+    if (!PyArg_ParseTuple(args, "d", &s)) {
+        return NULL;
+    }
+    long long before = atomic_exchange(&shut_out_ns, (long long)(s * 1e9));
+    atomic_store(&shut_out_until, 0);
+    return PyFloat_FromDouble((double)before * 1e-9);
+}
+
+static PyObject *py_trace(PyObject *self, PyObject *args)
+{
+    int on = -1;
+    if (!PyArg_ParseTuple(args, "|p", &on)) {
+        return NULL;
+    }
+    if (on == 1 && trace_ring == NULL) {
+        trace_ring = calloc(TRACE_N, sizeof(TraceEvent));
+        if (trace_ring == NULL) {
+            return PyErr_NoMemory();
+        }
+    }
+    PyObject *list = PyList_New(0);
+    if (list == NULL) {
+        return NULL;
+    }
+    unsigned long end = atomic_load(&traced);
+    unsigned long begin = end > TRACE_N ? end - TRACE_N : 0;
+    for (unsigned long k = begin; trace_ring != NULL && k < end; k++) {
+        TraceEvent *e = &trace_ring[k % TRACE_N];
+        PyObject *t = Py_BuildValue("(iLLLLLiiii)", e->kind, e->at, e->n, e->wall, e->alone,
+                                    e->whole, e->woke, e->came, e->lost, e->paused);
+        if (t == NULL || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    if (on >= 0) {
+        atomic_store(&traced, 0);
+        atomic_store(&tracing, on);
+    }
+    return list;
+}
+
 static PyObject *py_stats(PyObject *self, PyObject *unused)
 {
     unsigned long w = atomic_load(&wakes);
-    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d,s:k}", "workers", nworkers, "parks",
+    long long left = atomic_load(&shut_out_until) - real_wall_ns();
+    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d,s:k,s:d}", "workers", nworkers, "parks",
                          atomic_load(&parks), "joins", atomic_load(&joins), "parked",
                          atomic_load(&sleepers), "spin", (double)atomic_load(&spin_ns) * 1e-9,
                          "wakes", w, "wake", w ? (double)atomic_load(&wake_ns) * 1e-9 / w : 0.0,
-                         "moves", atomic_load(&moves));
+                         "moves", atomic_load(&moves), "shut_out",
+                         left > 0 ? (double)left * 1e-9 : 0.0);
 }
 
 /* fixed_cost's pieces: each waits (a millisecond at most) until every thread of the call
@@ -1698,8 +1806,10 @@ static PyMethodDef methods[] = {
     {"judge", py_judge, METH_VARARGS,
      "judge(pace, n, wall, alone, woke=False, came=UNKNOWN): a split of n elements took\n"
      "`wall` seconds; alone: what one thread would have taken (< 0: not measured); woke: it\n"
-     "woke a parked worker; came: whether the pool's threads came (CAME, ABSENT: none,\n"
-     "where a running one should have; UNSEEN: none, where none could be told to; UNKNOWN)"},
+     "woke a parked worker (WOKE_ON_PURPOSE: one parked because workers were told to park\n"
+     "at once, judged as any split); came: whether the pool's threads came (CAME; ABSENT:\n"
+     "none, where a running one should have, judged neither way: workers then park at\n"
+     "once for a while; UNSEEN: none, where none could be told to; UNKNOWN)"},
     {"set_threads", py_set_threads, METH_VARARGS, "set_threads(n): threads per call, 0: all cores"},
     {"threads", py_threads, METH_NOARGS, "threads per call, the caller included"},
     {"rest", py_rest, METH_NOARGS,
@@ -1727,6 +1837,14 @@ static PyMethodDef methods[] = {
      "_set_clock(wall, cpu): for tests, the pacing's clocks are these callables (seconds:\n"
      "the time, and the calling thread's CPU time); None, None puts the real ones back.\n"
      "Meanwhile a split no worker joined is judged by those clocks as any other"},
+    {"set_shut_out", py_set_shut_out, METH_VARARGS,
+     "set_shut_out(seconds) -> previous: how long workers park at once after a split whose\n"
+     "running worker was shut out of its core"},
+    {"trace", py_trace, METH_VARARGS,
+     "trace([on]) -> the pacing events recorded since tracing began, oldest first (at most\n"
+     "65536): (kind 0 a run kept whole / 1 a split judged, when (ns), n, wall (ns), alone\n"
+     "(ns, -1: not read), whole (the record's estimate, ns), woke, came, lost, paused);\n"
+     "with `on`, the record is emptied and tracing turned on or off"},
     {"stats", py_stats, METH_NOARGS,
      "stats() -> {workers, parks, joins, parked, spin, wakes, wake, moves}: threads started,\n"
      "times one parked, joined a call, parked now; the spin (s); wake-ups from parked and\n"
@@ -1763,6 +1881,7 @@ PyMODINIT_FUNC PyInit__runtime(void)
             || PyModule_AddIntConstant(m, "WHOLE_SAMPLED", FM_WHOLE_SAMPLED) < 0
             || PyModule_AddIntConstant(m, "UNKNOWN", FM_UNKNOWN) < 0
             || PyModule_AddIntConstant(m, "ABSENT", FM_ABSENT) < 0
+            || PyModule_AddIntConstant(m, "WOKE_ON_PURPOSE", FM_WOKE_ON_PURPOSE) < 0
             || PyModule_AddIntConstant(m, "CAME", FM_CAME) < 0
             || PyModule_AddIntConstant(m, "UNSEEN", FM_UNSEEN) < 0) {
         Py_DECREF(m);

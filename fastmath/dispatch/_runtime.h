@@ -94,6 +94,10 @@ enum { FM_NOT_RUN = 0, FM_SPLIT = 1, FM_WHOLE_PACED = 2, FM_WHOLE_SAMPLED = 3 };
  * FM_UNSEEN, none, where a worker was still waking or the call was too short; FM_UNKNOWN,
  * not known (a split made outside the pool). */
 enum { FM_UNKNOWN = -1, FM_ABSENT = 0, FM_CAME = 1, FM_UNSEEN = 2 };
+/* fm_job.woke: 0, no worker was parked; 1, one was (its wake-up is no sign of a busy
+ * core); FM_WOKE_ON_PURPOSE, it was parked because the runtime chose to park workers at
+ * once (after a split whose running worker was shut out of its core): judged as any. */
+#define FM_WOKE_ON_PURPOSE 2
 
 static inline int fm_came(fm_job *job)
 {
