@@ -208,6 +208,12 @@ static intptr_t run_pieces(fm_job *job, int home)
  * product) or of another process that shares the core runs first. */
 #define EAGER_NS 20000
 #define ABSENT_NS EAGER_NS
+/* The spin is over at `until`, or at once while workers are shut out (shut_out_until). */
+static int spin_over(long long now, long long until)
+{
+    return now >= until || now < atomic_load_explicit(&shut_out_until, memory_order_relaxed);
+}
+
 static void wait_for_call(unsigned long *seen)
 {
     long long limit = atomic_load_explicit(&spin_ns, memory_order_relaxed);
@@ -224,12 +230,8 @@ static void wait_for_call(unsigned long *seen)
         }
         if (yielding) {
             sched_yield();
-            if ((spins & 7) == 0) {
-                long long now = real_wall_ns();
-                if (now >= until || now < atomic_load_explicit(&shut_out_until,
-                                                               memory_order_relaxed)) {
-                    break;
-                }
+            if ((spins & 7) == 0 && spin_over(real_wall_ns(), until)) {
+                break;
             }
             continue;
         }
@@ -237,9 +239,8 @@ static void wait_for_call(unsigned long *seen)
         if ((spins & 63) == 0) {
             long long now = real_wall_ns();
             yielding = now >= eager;
-            if (now >= until || now < atomic_load_explicit(&shut_out_until,
-                                                           memory_order_relaxed)) {
-                break; /* (shut out: park, see shut_out_until) */
+            if (spin_over(now, until)) {
+                break;
             }
         }
     }
@@ -442,16 +443,16 @@ static int fm_start(fm_job *job, int threads)
     atomic_store(&pool.current, job);
     atomic_fetch_add(&pool.generation, 1); /* seq_cst, then the sleepers read: see wait_for_call */
     job->woke = starting || atomic_load(&sleepers) > 0;
-    if (job->woke && real_wall_ns() < atomic_load_explicit(&shut_out_until,
-                                                          memory_order_relaxed)) {
-        job->woke = FM_WOKE_ON_PURPOSE;
-    }
-    if (job->woke && atomic_load_explicit(&wake_pending, memory_order_relaxed)) {
-        late_here++;
-    }
     if (job->woke) {
+        long long now = real_wall_ns();
+        if (now < atomic_load_explicit(&shut_out_until, memory_order_relaxed)) {
+            job->woke = FM_WOKE_ON_PURPOSE;
+        }
+        if (atomic_load_explicit(&wake_pending, memory_order_relaxed)) {
+            late_here++;
+        }
         atomic_store_explicit(&wake_pending, 1, memory_order_relaxed);
-        atomic_store(&woken_at, real_wall_ns());
+        atomic_store(&woken_at, now);
         pthread_mutex_lock(&lock);
         pthread_cond_broadcast(&wake);
         pthread_mutex_unlock(&lock);
@@ -488,12 +489,11 @@ static void fm_finish(fm_job *job)
     if (joined) {
         atomic_fetch_add_explicit(&joins, joined, memory_order_relaxed);
     }
-    long long now = real_wall_ns();
-    job->absent = !job->woke && joined == 0 && now - job->started >= ABSENT_NS;
-    if (job->absent) {
-        atomic_store_explicit(&shut_out_until,
-                              now + atomic_load_explicit(&shut_out_ns, memory_order_relaxed),
-                              memory_order_relaxed);
+    job->absent = !job->woke && joined == 0
+                  && real_wall_ns() - job->started >= ABSENT_NS;
+    if (job->absent) { /* workers park at once for a while: see shut_out_until */
+        atomic_store_explicit(&shut_out_until, real_wall_ns() + atomic_load_explicit(
+                                  &shut_out_ns, memory_order_relaxed), memory_order_relaxed);
     }
 }
 
@@ -510,12 +510,15 @@ static TraceEvent *trace_ring = NULL;
 static atomic_int tracing = 0;
 static atomic_ulong traced = 0;
 
-static void trace_event(int kind, intptr_t n, long long wall, long long alone,
-                        long long whole, int woke, int came, int lost, int paused)
+/* whole_ps: the record's time per element (0: none); `left` is read from the record */
+static void trace_event(int kind, const fm_pace *pace, intptr_t n, long long wall,
+                        long long alone, unsigned whole_ps, int woke, int came, int lost)
 {
     if (!atomic_load_explicit(&tracing, memory_order_relaxed) || trace_ring == NULL) {
         return;
     }
+    long long whole = whole_ps ? (long long)((double)whole_ps * (double)n * 1e-3) : -1;
+    int paused = atomic_load_explicit(&pace->left, memory_order_relaxed);
     unsigned long k = atomic_fetch_add_explicit(&traced, 1, memory_order_relaxed);
     TraceEvent *e = &trace_ring[k % TRACE_N];
     *e = (TraceEvent){real_wall_ns(), n, wall, alone, whole, kind, woke, came, lost, paused};
@@ -549,8 +552,7 @@ static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
     int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
     atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
     atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
-    trace_event(0, n, ns, -1, -1, 0, 0, 0, atomic_load_explicit(&pace->left,
-                                                                 memory_order_relaxed));
+    trace_event(0, pace, n, ns, -1, 0, 0, 0, 0);
     KEEP_FLAGS_END
 }
 
@@ -634,7 +636,7 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     if (came == FM_UNSEEN || came == FM_ABSENT) {
         /* an absent worker: workers park at once for a while (fm_finish), so the next
          * split wakes one, which takes its core back; that split is judged */
-        trace_event(1, n, wall, alone, -1, woke, came, 0, 0);
+        trace_event(1, fm_pace_of(paces, n), n, wall, alone, 0, woke, came, 0);
         return;
     }
     KEEP_FLAGS_BEGIN
@@ -658,8 +660,7 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     else {
         atomic_store_explicit(&pace->skip, skip > 1 ? skip / 2 : 1, memory_order_relaxed);
     }
-    trace_event(1, n, wall, alone, (long long)((double)whole * (double)n * 1e-3), woke, came,
-                lost, atomic_load_explicit(&pace->left, memory_order_relaxed));
+    trace_event(1, pace, n, wall, alone, whole, woke, came, lost);
     KEEP_FLAGS_END
 }
 
@@ -1846,10 +1847,11 @@ static PyMethodDef methods[] = {
      "(ns, -1: not read), whole (the record's estimate, ns), woke, came, lost, paused);\n"
      "with `on`, the record is emptied and tracing turned on or off"},
     {"stats", py_stats, METH_NOARGS,
-     "stats() -> {workers, parks, joins, parked, spin, wakes, wake, moves}: threads started,\n"
-     "times one parked, joined a call, parked now; the spin (s); wake-ups from parked and\n"
-     "their mean time (s) from a call's start to the worker running; times one joined a\n"
-     "call on its caller's CPU and moved off it"},
+     "stats() -> {workers, parks, joins, parked, spin, wakes, wake, moves, shut_out}:\n"
+     "threads started, times one parked, joined a call, parked now; the spin (s); wake-ups\n"
+     "from parked and their mean time (s) from a call's start to the worker running; times\n"
+     "one joined a call on its caller's CPU and moved off it; how long (s) workers still\n"
+     "park at once (set_shut_out)"},
     {"fixed_cost", py_fixed_cost, METH_VARARGS,
      "fixed_cost(rounds, pause) -> seconds per parallel call whose threads each take one\n"
      "piece of no work (pause: seconds between calls; None: one thread, nothing splits)"},

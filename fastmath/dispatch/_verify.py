@@ -109,11 +109,6 @@ def worst(got, expected, ins) -> tuple:
     return far, f"{_name(g)} where NumPy/SciPy gives {_name(e)} ({far} ULP, at {at})"
 
 
-def bound(spec, dtype, backend=None) -> int:
-    """The row's ULP bound for ``backend``'s kernel (not the reference's own loop)."""
-    return spec.bound(dtype, backend)
-
-
 def probe(spec, kernel, dtype, backend=None):
     """None if ``kernel`` (``backend``'s) gives the reference's results on the special
     values of ``dtype`` in every layout (within the row's bound, or where it declines
@@ -121,7 +116,7 @@ def probe(spec, kernel, dtype, backend=None):
     dt = np.dtype(dtype)
     if dt not in _FLOATS or spec.kind not in ("unary", "binary", "elementwise"):
         return None
-    limit = bound(spec, dt, backend)
+    limit = spec.bound(dt, backend)
     for layout in LAYOUTS:
         ins = operands(spec, dt, layout)
         with np.errstate(all="ignore"):
