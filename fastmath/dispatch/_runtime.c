@@ -664,12 +664,6 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     KEEP_FLAGS_END
 }
 
-/* The bytes of its widest operand a piece holds at most: the last pieces of a long call
- * leave a thread idle for up to a piece's time, and a quarter of a thread's share (10 MB
- * of exp's 10^7 float64) was 8% of the call (6.6 ms where pieces of 512 KB took 6.1;
- * Intel Xeon, 2 threads). */
-#define PIECE_BYTES (512 << 10)
-
 /* fm_split, or with `whole` 0, fm_split_or_say: a run to keep whole is the caller's. */
 static int split_or_whole(fm_pace *paces, fm_job *job, int threads, int whole)
 {
@@ -685,8 +679,8 @@ static int split_or_whole(fm_pace *paces, fm_job *job, int threads, int whole)
         intptr_t step = job->steps[k] < 0 ? -job->steps[k] : job->steps[k];
         widest = step > widest ? step : widest;
     }
-    if (job->piece > PIECE_BYTES / widest) {
-        job->piece = PIECE_BYTES / widest > 1 ? PIECE_BYTES / widest : 1;
+    if (job->piece > FM_PIECE_BYTES / widest) {
+        job->piece = FM_PIECE_BYTES / widest > 1 ? FM_PIECE_BYTES / widest : 1;
     }
     job->piece = (job->piece + 63) & ~(intptr_t)63; /* pieces start 64-element aligned */
     int how = fm_decide(paces, job->n, &job->timed);

@@ -695,8 +695,8 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     job.piece = atomic_load_explicit(&s->piece, memory_order_relaxed);
     /* the runtime caps a piece's bytes by its steps, here the output's (bool's 1 byte):
      * the cap by the widest operand, 8 bytes */
-    if (job.piece > (512 << 10) / 8) {
-        job.piece = (512 << 10) / 8;
+    if (job.piece > FM_PIECE_BYTES / 8) {
+        job.piece = FM_PIECE_BYTES / 8;
     }
     count_call(s);
     int how, raised;
