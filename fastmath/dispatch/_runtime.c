@@ -39,8 +39,10 @@
  * (OpenBLAS's, 2^24 cycles after each matrix product), and a woken thread takes its core
  * back at once where a spinning one waits out a time slice: for shut_out_ns (20 ms)
  * workers then park as soon as a call is done, and the splits that wake them are judged
- * as any (FM_WOKE_ON_PURPOSE). trace() records the pacing's events, to see why a
- * program's splits lose.
+ * as any (FM_WOKE_ON_PURPOSE). Where such a split finds the machine oversubscribed (another
+ * process busy, this process's other threads wanting CPU, the calls the pool could split a
+ * small part of the program), every call runs whole for a while (consider_yield). trace()
+ * records the pacing's events, to see why a program's splits lose.
  * Clocks: the real ones, or, for tests (_set_clock), Python callables returning seconds.
  */
 #define PY_SSIZE_T_CLEAN
@@ -49,9 +51,11 @@
 #include <numpy/arrayobject.h>
 #include <numpy/ufuncobject.h>
 
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -164,6 +168,127 @@ static atomic_int cpu_every = 8;
  * spins without yielding it (OpenBLAS's after a matrix product), and a parked worker that
  * a call wakes takes the core back at once where a spinning one waits a time slice. */
 static atomic_llong shut_out_ns = 20000000, shut_out_until = 0;
+
+/* Until yield_until (real wall ns) every call runs whole in its caller: the machine is
+ * oversubscribed, another process busy on a core while threads of this process other
+ * than the caller and the pool (BLAS's, between matrix products) want CPU too, and the
+ * calls the pool could split are a small part of the program, so that little is to be
+ * gained. There the pool's worker, woken beside the other process, waits behind it a
+ * time slice a split (1.1 s in a 4.7 s GaussianMixture.fit, whose splittable calls are
+ * 6% of it), and the scheduler, counting that wait as load on its CPU, puts OpenBLAS's
+ * woken thread on the caller's CPU instead, where it spins beside the caller after every
+ * product: the fit ran 0.84-0.93x of plain with splits that each won, 0.95-1.03x with
+ * none. Judged where a split finds its worker shut out (FM_ABSENT), over at least
+ * YIELD_SPAN_NS: `others`, CPU time of the machine outside this process (/proc/stat);
+ * `foreign`, this process's less the caller's and the workers'; each a share of one CPU
+ * over that span; and `share`, the span's part spent in calls the pacing saw (split or
+ * kept whole: splittable_ns). yield_ns 0: never. */
+#define YIELD_SPAN_NS 100000000LL
+static atomic_llong yield_ns = 300000000, yield_until = 0, splittable_ns = 0;
+static atomic_ulong yields = 0, kept_yielding = 0;
+static double yield_others = 0.5, yield_foreign = 0.05, yield_share = 0.15; /* GIL's */
+static double looked[3] = {-1, -1, -1}; /* the last look's others, foreign, share */
+static pthread_t worker_ids[MAXTHREADS];
+static struct {
+    long long wall, process, caller, workers, machine, splittable;
+    pthread_t by;
+    int valid;
+} usage_then;
+static pthread_mutex_t usage_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static long long clock_of(clockid_t clock)
+{
+    struct timespec t;
+    if (clock_gettime(clock, &t) != 0) {
+        return -1;
+    }
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* CPU time of the whole machine, ns: /proc/stat's first line (user, nice, system, irq,
+ * softirq; not idle, iowait or steal); -1 where there is none. */
+static long long machine_cpu_ns(void)
+{
+    char buf[256];
+    int fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    ssize_t got = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    unsigned long long v[7];
+    if (got < 5) {
+        return -1;
+    }
+    buf[got] = 0;
+    if (strncmp(buf, "cpu ", 4) != 0
+        || sscanf(buf + 4, "%llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                  &v[4], &v[5], &v[6]) != 7) {
+        return -1;
+    }
+    static long tick;
+    if (tick <= 0) {
+        tick = sysconf(_SC_CLK_TCK);
+    }
+    return tick > 0 ? (long long)((v[0] + v[1] + v[2] + v[5] + v[6]) * (1e9 / tick)) : -1;
+}
+
+static long long workers_cpu_ns(void)
+{
+    long long sum = 0;
+    pthread_mutex_lock(&lock);
+    for (int k = 0; k < nworkers; k++) {
+        clockid_t c;
+        long long t;
+        if (pthread_getcpuclockid(worker_ids[k], &c) == 0 && (t = clock_of(c)) >= 0) {
+            sum += t;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return sum;
+}
+
+/* A split found its worker shut out at `now`, or the calls run whole so far have run
+ * out their time: whether the machine is oversubscribed, over the span since this thread
+ * last looked (from YIELD_SPAN_NS to a second); if so, calls run whole for yield_ns (a
+ * program that keeps it so splits nothing, its worker parked, at one look per window). */
+static void consider_yield(long long now)
+{
+    if (atomic_load_explicit(&yield_ns, memory_order_relaxed) <= 0
+        || pthread_mutex_trylock(&usage_lock) != 0) {
+        return;
+    }
+    long long span = now - usage_then.wall;
+    int same = usage_then.valid && pthread_equal(usage_then.by, pthread_self());
+    if (same && span < YIELD_SPAN_NS) {
+        pthread_mutex_unlock(&usage_lock);
+        return;
+    }
+    long long process = clock_of(CLOCK_PROCESS_CPUTIME_ID), caller = real_cpu_ns();
+    long long workers = workers_cpu_ns(), machine = machine_cpu_ns();
+    long long splittable = atomic_load_explicit(&splittable_ns, memory_order_relaxed);
+    if (same && span <= 1000000000LL && machine >= 0 && usage_then.machine >= 0) {
+        double mine = (double)(process - usage_then.process);
+        double others = ((double)(machine - usage_then.machine) - mine) / (double)span;
+        double foreign = (mine - (double)(caller - usage_then.caller)
+                          - (double)(workers - usage_then.workers)) / (double)span;
+        double share = (double)(splittable - usage_then.splittable) / (double)span;
+        looked[0] = others, looked[1] = foreign, looked[2] = share;
+        if (others >= yield_others && foreign >= yield_foreign && share < yield_share) {
+            atomic_store(&yield_until, now + atomic_load(&yield_ns));
+            atomic_fetch_add_explicit(&yields, 1, memory_order_relaxed);
+        }
+    }
+    usage_then.wall = now;
+    usage_then.process = process;
+    usage_then.caller = caller;
+    usage_then.workers = workers;
+    usage_then.machine = machine;
+    usage_then.splittable = splittable;
+    usage_then.by = pthread_self();
+    usage_then.valid = 1;
+    pthread_mutex_unlock(&usage_lock);
+}
 
 /* What the job would have taken in one thread: the caller's CPU time for its own pieces,
  * scaled to all of them; -1 when the caller ran none. */
@@ -366,6 +491,8 @@ static void after_fork_in_child(void)
     atomic_store(&pool.active, 0);
     atomic_store(&sleepers, 0);
     nworkers = 0;
+    pthread_mutex_init(&usage_lock, NULL);
+    usage_then.valid = 0;
 }
 
 static void register_atfork(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
@@ -398,7 +525,7 @@ static int ensure_workers(int wanted)
         if (rc != 0) {
             break;
         }
-        nworkers++;
+        worker_ids[nworkers++] = t;
     }
     pthread_mutex_unlock(&lock);
     return nworkers < wanted ? nworkers : wanted;
@@ -492,8 +619,10 @@ static void fm_finish(fm_job *job)
     job->absent = !job->woke && joined == 0
                   && real_wall_ns() - job->started >= ABSENT_NS;
     if (job->absent) { /* workers park at once for a while: see shut_out_until */
-        atomic_store_explicit(&shut_out_until, real_wall_ns() + atomic_load_explicit(
+        long long now = real_wall_ns();
+        atomic_store_explicit(&shut_out_until, now + atomic_load_explicit(
                                   &shut_out_ns, memory_order_relaxed), memory_order_relaxed);
+        consider_yield(now);
     }
 }
 
@@ -547,6 +676,7 @@ static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
 {
     KEEP_FLAGS_BEGIN
     fm_pace *pace = fm_pace_of(paces, n);
+    atomic_fetch_add_explicit(&splittable_ns, ns, memory_order_relaxed);
     double ps = ns * 1e3 / (double)(n > 0 ? n : 1);
     unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)(ps + 0.5);
     int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
@@ -607,6 +737,22 @@ static int fm_decide(fm_pace *paces, intptr_t n, int *timed)
         atomic_fetch_sub_explicit(&pace->left, 1, memory_order_relaxed);
         return FM_WHOLE_PACED;
     }
+    long long yielding = atomic_load_explicit(&yield_until, memory_order_relaxed);
+    if (yielding > 0) { /* see consider_yield */
+        long long now = real_wall_ns();
+        if (now >= yielding) {
+            consider_yield(now);
+            long long until = atomic_load(&yield_until);
+            if (now >= until) { /* over: the next shut-out split looks again */
+                atomic_compare_exchange_strong(&yield_until, &until, 0);
+            }
+            yielding = until;
+        }
+        if (now < yielding) {
+            atomic_fetch_add_explicit(&kept_yielding, 1, memory_order_relaxed);
+            return FM_WHOLE_PACED;
+        }
+    }
     if (sample) {
         return FM_WHOLE_SAMPLED;
     }
@@ -633,6 +779,12 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
         came = FM_UNKNOWN; /* made-up clocks (tests): whether a worker came is the
                             * machine's doing, which they do not replace */
     }
+    unsigned whole = fm_one_thread_ps(fm_pace_of(paces, n));
+    /* what the call would have taken whole, for consider_yield's share */
+    atomic_fetch_add_explicit(&splittable_ns,
+                              whole > 0 ? (long long)whole * (n / 1000)
+                                              + (long long)whole * (n % 1000) / 1000 : wall,
+                              memory_order_relaxed);
     if (came == FM_UNSEEN || came == FM_ABSENT) {
         /* an absent worker: workers park at once for a while (fm_finish), so the next
          * split wakes one, which takes its core back; that split is judged */
@@ -643,7 +795,6 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     fm_pace *pace = fm_pace_of(paces, n);
     int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
     skip = skip < 1 ? 1 : skip;
-    unsigned whole = fm_one_thread_ps(pace);
     int lost = (alone >= 0 && wall * 100 > alone * 105)
                || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)n);
     if (lost && (woke == 1 || beside_foreign(wall_ns() - wall))) {
@@ -1639,6 +1790,30 @@ static PyObject *py_set_shut_out(PyObject *self, PyObject *args)
     return PyFloat_FromDouble((double)before * 1e-9);
 }
 
+static PyObject *py_set_yield(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"seconds", "others", "foreign", "share", NULL};
+    double s, others = 0.5, foreign = 0.05, share = 0.15;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "d|ddd", names, &s, &others, &foreign,
+                                     &share)) {
+        return NULL;
+    }
+    if (!(s >= 0 && s <= 60) || !(others >= 0) || !(foreign >= 0) || !(share >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "set_yield(seconds, others, foreign, share): "
+                        "seconds between 0 and 60, others, foreign and share 0 or more");
+        return NULL;
+    }
+    long long before = atomic_exchange(&yield_ns, (long long)(s * 1e9));
+    yield_others = others;
+    yield_foreign = foreign;
+    yield_share = share;
+    atomic_store(&yield_until, 0);
+    pthread_mutex_lock(&usage_lock);
+    usage_then.valid = 0;
+    pthread_mutex_unlock(&usage_lock);
+    return PyFloat_FromDouble((double)before * 1e-9);
+}
+
 static PyObject *py_trace(PyObject *self, PyObject *args)
 {
     int on = -1;
@@ -1678,13 +1853,19 @@ static PyObject *py_trace(PyObject *self, PyObject *args)
 static PyObject *py_stats(PyObject *self, PyObject *unused)
 {
     unsigned long w = atomic_load(&wakes);
-    long long left = atomic_load(&shut_out_until) - real_wall_ns();
-    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d,s:k,s:d}", "workers", nworkers, "parks",
-                         atomic_load(&parks), "joins", atomic_load(&joins), "parked",
-                         atomic_load(&sleepers), "spin", (double)atomic_load(&spin_ns) * 1e-9,
+    long long now = real_wall_ns();
+    long long left = atomic_load(&shut_out_until) - now;
+    long long yielding = atomic_load(&yield_until) - now;
+    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d,s:k,s:d,s:k,s:k,s:d,s:(ddd)}",
+                         "workers", nworkers, "parks", atomic_load(&parks), "joins",
+                         atomic_load(&joins), "parked", atomic_load(&sleepers), "spin",
+                         (double)atomic_load(&spin_ns) * 1e-9,
                          "wakes", w, "wake", w ? (double)atomic_load(&wake_ns) * 1e-9 / w : 0.0,
                          "moves", atomic_load(&moves), "shut_out",
-                         left > 0 ? (double)left * 1e-9 : 0.0);
+                         left > 0 ? (double)left * 1e-9 : 0.0, "yields", atomic_load(&yields),
+                         "kept_yielding", atomic_load(&kept_yielding), "yielding",
+                         yielding > 0 ? (double)yielding * 1e-9 : 0.0, "looked", looked[0],
+                         looked[1], looked[2]);
 }
 
 /* fixed_cost's pieces: each waits (a millisecond at most) until every thread of the call
@@ -1835,17 +2016,25 @@ static PyMethodDef methods[] = {
     {"set_shut_out", py_set_shut_out, METH_VARARGS,
      "set_shut_out(seconds) -> previous: how long workers park at once after a split whose\n"
      "running worker was shut out of its core"},
+    {"set_yield", (PyCFunction)(void (*)(void))py_set_yield, METH_VARARGS | METH_KEYWORDS,
+     "set_yield(seconds, others=0.5, foreign=0.05, share=0.15) -> previous seconds: how\n"
+     "long every call runs whole once a split found its worker shut out while the machine\n"
+     "outside this process used `others` of a CPU, this process's threads other than the\n"
+     "caller and the pool `foreign` of one, and the calls the pacing saw took under `share`\n"
+     "of the time (0 seconds: never)"},
     {"trace", py_trace, METH_VARARGS,
      "trace([on]) -> the pacing events recorded since tracing began, oldest first (at most\n"
      "65536): (kind 0 a run kept whole / 1 a split judged, when (ns), n, wall (ns), alone\n"
      "(ns, -1: not read), whole (the record's estimate, ns), woke, came, lost, paused);\n"
      "with `on`, the record is emptied and tracing turned on or off"},
     {"stats", py_stats, METH_NOARGS,
-     "stats() -> {workers, parks, joins, parked, spin, wakes, wake, moves, shut_out}:\n"
-     "threads started, times one parked, joined a call, parked now; the spin (s); wake-ups\n"
-     "from parked and their mean time (s) from a call's start to the worker running; times\n"
-     "one joined a call on its caller's CPU and moved off it; how long (s) workers still\n"
-     "park at once (set_shut_out)"},
+     "stats() -> {workers, parks, joins, parked, spin, wakes, wake, moves, shut_out, yields,\n"
+     "kept_yielding, yielding, looked}: threads started, times one parked, joined a call,\n"
+     "parked now; the spin (s); wake-ups from parked and their mean time (s) from a call's\n"
+     "start to the worker running; times one joined a call on its caller's CPU and moved\n"
+     "off it; how long (s) workers still park at once (set_shut_out); times calls began to\n"
+     "run whole to yield to an oversubscribed machine, calls run whole so, how long (s) that\n"
+     "lasts, and the last look's (others, foreign, share) (set_yield; -1.0: none yet)"},
     {"fixed_cost", py_fixed_cost, METH_VARARGS,
      "fixed_cost(rounds, pause) -> seconds per parallel call whose threads each take one\n"
      "piece of no work (pause: seconds between calls; None: one thread, nothing splits)"},

@@ -280,3 +280,83 @@ def test_a_worker_shut_out_of_its_core_parks_so_that_the_next_split_wakes_it():
     assert 0 < absent <= on_purpose, (absent, on_purpose, splits)
     absent_off, on_purpose, splits = _shut_out(0.0)  # off: the worker keeps spinning
     assert absent_off > absent and on_purpose == 0, (absent_off, on_purpose, splits)
+
+
+_YIELD = """
+    import os, subprocess, sys, threading, time
+    import numpy as np, fastmath
+    from fastmath.dispatch import _runtime as R
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})  # the worker can't run beside its caller: shut out
+    spinner, foreign = sys.argv[1] == "1", sys.argv[2] == "1"
+    others, share = float(sys.argv[3]), float(sys.argv[4])
+    R.set_threads(2)
+    R.set_spin(0.5)
+    R.set_yield(0.3, others=others, foreign=0.05, share=share)
+    busy = None
+    if spinner:  # another process, busy on that CPU
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        os.sched_setaffinity(busy.pid, {cpu})
+    stop = threading.Event()
+    def work():  # another thread of this process that wants CPU (BLAS's, say)
+        a = np.random.default_rng(1).random(300_000)
+        while not stop.is_set():
+            np.sort(a)  # without the GIL
+    helper = threading.Thread(target=work)
+    if foreign:
+        helper.start()
+    try:
+        x = np.random.default_rng(0).uniform(1, 2, 200_000)
+        with fastmath.backend("numpy"):
+            fastmath.exp(x)  # the pool starts
+            t = time.monotonic()
+            while time.monotonic() - t < 2.0:
+                assert np.array_equal(fastmath.exp(x), np.exp(x))
+        s = R.stats()
+        print(s["yields"], s["kept_yielding"])
+    finally:
+        stop.set()
+        if foreign:
+            helper.join()
+        if busy is not None:
+            busy.kill()
+"""
+
+
+def _yield(spinner, foreign, others=0.05, share=2.0):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(_YIELD), str(int(spinner)),
+                        str(int(foreign)), str(others), str(share)],
+                       capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return tuple(map(int, r.stdout.split()))
+
+
+def test_on_an_oversubscribed_machine_calls_run_whole():
+    """Another process busy on a core, threads of this process other than the caller and
+    the pool wanting CPU too (OpenBLAS's between matrix products), and calls the pool could
+    split a small part of the program: splitting then slowed it outside the splits
+    (GaussianMixture.fit, one core busy: 0.84-0.93x plain, every split winning; its worker
+    waited 1.1 s a fit behind the other process, and the scheduler moved OpenBLAS's thread
+    onto the caller's CPU). Once a split finds its worker shut out there, calls run whole
+    (set_yield), looked at again each window. Here on one CPU: the busy process and a
+    sorting thread, the share gate opened (the calls are all this program does)."""
+    yields, kept = _yield(spinner=True, foreign=True)
+    assert yields > 0 and kept > 0, (yields, kept)
+    assert _yield(spinner=True, foreign=False) == (0, 0)  # no other thread
+    ncpu = os.cpu_count()  # more than the machine has: never "others"
+    assert _yield(spinner=True, foreign=True, others=ncpu + 1.0) == (0, 0)
+    assert _yield(spinner=True, foreign=True, share=0.15) == (0, 0)  # the calls are all
+
+
+def test_set_yield_checks_its_arguments():
+    before = _runtime.set_yield(0.3)
+    try:
+        for bad in [(-1.0,), (61.0,), (0.3, -0.1), (0.3, 0.5, -1.0), (0.3, 0.5, 0.05, -1.0),
+                    (float("nan"),)]:
+            with pytest.raises(ValueError, match="set_yield"):
+                _runtime.set_yield(*bad)
+        assert _runtime.set_yield(0.0) == pytest.approx(0.3)
+        assert _runtime.stats()["yielding"] == 0.0
+    finally:
+        _runtime.set_yield(before)
