@@ -618,7 +618,8 @@ static void fm_finish(fm_job *job)
     }
     job->absent = !job->woke && joined == 0
                   && real_wall_ns() - job->started >= ABSENT_NS;
-    if (job->absent) { /* workers park at once for a while: see shut_out_until */
+    if (job->absent && atomic_load(&wall_ns) == real_wall_ns) {
+        /* workers park at once for a while: see shut_out_until */
         long long now = real_wall_ns();
         atomic_store_explicit(&shut_out_until, now + atomic_load_explicit(
                                   &shut_out_ns, memory_order_relaxed), memory_order_relaxed);
@@ -1774,6 +1775,10 @@ static PyObject *py_set_clock(PyObject *self, PyObject *args)
     fake_clocks[1] = fake ? Py_NewRef(cpu) : NULL;
     atomic_store(&wall_ns, fake ? fake_wall_ns : real_wall_ns);
     atomic_store(&thread_cpu_ns, fake ? fake_cpu_ns : real_cpu_ns);
+    /* what a busy machine opened is the machine's doing, which made-up clocks do not
+     * replace: none of it carries into (or, see fm_finish, opens under) them */
+    atomic_store(&shut_out_until, 0);
+    atomic_store(&yield_until, 0);
     Py_XDECREF(old[0]);
     Py_XDECREF(old[1]);
     Py_RETURN_NONE;
