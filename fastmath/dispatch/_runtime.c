@@ -175,9 +175,9 @@ static atomic_llong shut_out_ns = 20000000, shut_out_until = 0;
  * calls the pool could split are a small part of the program, so that little is to be
  * gained. There the pool's worker, woken beside the other process, waits behind it a
  * time slice a split (1.1 s in a 4.7 s GaussianMixture.fit, whose splittable calls are
- * 6% of it), and the scheduler, counting that wait as load on its CPU, puts OpenBLAS's
+ * 9% of it), and the scheduler, counting that wait as load on its CPU, puts OpenBLAS's
  * woken thread on the caller's CPU instead, where it spins beside the caller after every
- * product: the fit ran 0.84-0.93x of plain with splits that each won, 0.95-1.03x with
+ * product: the fit ran 0.79-0.93x of plain with splits that each won, 0.90-1.03x with
  * none. Judged where a split finds its worker shut out (FM_ABSENT), over at least
  * YIELD_SPAN_NS: `others`, CPU time of the machine outside this process (/proc/stat);
  * `foreign`, this process's less the caller's and the workers'; each a share of one CPU
