@@ -1,0 +1,160 @@
+"""Library workloads with another process busy on one core: the loop mode with and without
+the runtime's yield (docs/backends.md), and with one thread, against plain NumPy.
+
+A program that mixes matrix products with elementwise math, on a machine where another
+process keeps a core busy, has more threads wanting CPU than there are cores: its
+caller, BLAS's thread, the runtime's worker. This times such programs in interleaved
+rounds in one process, plain and under ``fastmath.patch(mode="loops")`` three ways: as
+shipped (``loops``), with the yield off (``set_yield(0)``: split whenever the pacing says
+so) and with one thread (nothing splits). For each it prints the median time, the median
+of the rounds' ratios plain / mode with every round's ratio, and per fit what the
+process's threads ran and waited runnable (``/proc/self/task/*/schedstat``: the caller,
+the runtime's workers, and every other thread: BLAS's), the last look of the yield
+(``others``, ``foreign``, ``share``: see ``_runtime.set_yield``) and how many times it
+yielded. A program's plain time is bimodal on such a machine (where the scheduler leaves
+BLAS's woken thread decides it): judge by 20 rounds or more. Report the load average.
+
+python bench/busy_workloads.py [--only Gaussian Logit softmax] [--rounds 20] [--idle]
+
+``softmax`` is a batched matrix product and a softmax over its rows (16 x 256 x 256), 120
+steps a run; the others are ``bench/library_workloads.py``'s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import fastmath  # noqa: E402 - before NumPy, as `fastmath run` loads it (OpenBLAS's spin)
+import numpy as np  # noqa: E402
+
+from fastmath.dispatch import _runtime  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import library_workloads  # noqa: E402
+
+MODES = ("plain", "loops", "yield off", "one thread")
+
+
+def softmax_workload():
+    def setup():
+        rng = np.random.default_rng(2)
+        return rng.standard_normal((16, 256, 64)), rng.standard_normal((16, 64, 256))
+
+    def run(s):
+        q, k = s
+        for _ in range(120):
+            p = q @ k
+            e = np.exp(p - p.max(-1, keepdims=True))
+            e / e.sum(-1, keepdims=True)
+    return setup, run
+
+
+def schedstat():
+    """{thread id: (ns run, ns waited runnable)} of this process's threads."""
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                run, wait = f.read().split()[:2]
+            out[int(t)] = (int(run), int(wait))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def timed(mode, fn, state):
+    if mode == "plain":
+        t = time.perf_counter()
+        fn(state)
+        return time.perf_counter() - t
+    threads = _runtime.threads()
+    if mode == "one thread":
+        _runtime.set_threads(1)
+    seconds = _runtime.set_yield(0.0) if mode == "yield off" else None
+    try:
+        with fastmath.patch(mode="loops"):
+            t = time.perf_counter()
+            fn(state)
+            return time.perf_counter() - t
+    finally:
+        if mode == "one thread":
+            _runtime.set_threads(threads)
+        if seconds is not None:
+            _runtime.set_yield(seconds)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", default=["Gaussian", "Logit"],
+                   help="workloads whose name contains these (softmax: the built-in one)")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--idle", action="store_true", help="no competing process")
+    args = p.parse_args()
+    if not os.path.isdir("/proc/self/task"):
+        sys.exit("busy_workloads.py reads /proc: Linux only")
+    found = library_workloads.workloads(False)
+    found["product + softmax, 120 steps"] = softmax_workload()
+    chosen = {name: w for name, w in found.items()
+              if any(o.lower() in name.lower() for o in args.only)}
+    if not chosen:
+        sys.exit(f"--only matched none of: {', '.join(found)}")
+    spinner = None
+    if not args.idle:
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            os.sched_setaffinity(spinner.pid, {min(os.sched_getaffinity(0))})
+        except (AttributeError, OSError):
+            pass
+    try:
+        print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores, one core "
+              f"{'idle' if args.idle else 'busy'}, {args.rounds} interleaved rounds")
+        x = np.random.default_rng(0).random(10**6)
+        with fastmath.patch(mode="loops"):
+            before = set(schedstat())  # with what the patch loads (SciPy's OpenBLAS)
+            np.exp(x)  # the pool starts
+        ours = set(schedstat()) - before
+        me = os.getpid()
+        for name, (setup, fn) in chosen.items():
+            state = setup()
+            for mode in MODES:
+                timed(mode, fn, state)  # warm
+            times = {m: [] for m in MODES}
+            threads = {m: {"caller": [0, 0], "workers": [0, 0], "others": [0, 0]}
+                       for m in MODES}
+            yields = {m: 0 for m in MODES}
+            for r in range(args.rounds):
+                for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
+                    a, y = schedstat(), _runtime.stats()["yields"]
+                    times[mode].append(timed(mode, fn, state))
+                    b = schedstat()
+                    yields[mode] += _runtime.stats()["yields"] - y
+                    for t in b.keys() & a.keys():
+                        who = "caller" if t == me else "workers" if t in ours else "others"
+                        for i in (0, 1):
+                            threads[mode][who][i] += b[t][i] - a[t][i]
+            plain = times["plain"]
+            looked = ", ".join(f"{v:.2f}" for v in _runtime.stats()["looked"])
+            print(f"\n{name}: plain {statistics.median(plain) * 1e3:.0f} ms; the yield's "
+                  f"last look (others, foreign, share): {looked}")
+            for mode in MODES:
+                ratios = sorted(a / b for a, b in zip(plain, times[mode]))
+                ran = "; ".join(
+                    f"{who} ran {v[0] / 1e6 / args.rounds:.0f} ms waited "
+                    f"{v[1] / 1e6 / args.rounds:.0f} ms" for who, v in threads[mode].items())
+                print(f"  {mode:10s} {statistics.median(times[mode]) * 1e3:7.0f} ms "
+                      f"{statistics.median(ratios):.3f}x [{' '.join(f'{r:.2f}' for r in ratios)}]"
+                      f" yields {yields[mode]}\n             a run: {ran}")
+        print(f"\nload average {os.getloadavg()[0]:.2f}")
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+
+
+if __name__ == "__main__":
+    main()
