@@ -22,9 +22,9 @@ steps a run; the others are ``bench/library_workloads.py``'s.
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -36,6 +36,7 @@ from fastmath.dispatch import _runtime  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import library_workloads  # noqa: E402
+from busy import _spin  # noqa: E402 - bench/busy.py's process spinning on one core
 
 MODES = ("plain", "loops", "yield off", "one thread")
 
@@ -105,11 +106,8 @@ def main():
         sys.exit(f"--only matched none of: {', '.join(found)}")
     spinner = None
     if not args.idle:
-        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        try:
-            os.sched_setaffinity(spinner.pid, {min(os.sched_getaffinity(0))})
-        except (AttributeError, OSError):
-            pass
+        spinner = mp.get_context("spawn").Process(target=_spin, args=(0,), daemon=True)
+        spinner.start()
     try:
         print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores, one core "
               f"{'idle' if args.idle else 'busy'}, {args.rounds} interleaved rounds")
@@ -152,8 +150,7 @@ def main():
         print(f"\nload average {os.getloadavg()[0]:.2f}")
     finally:
         if spinner is not None:
-            spinner.kill()
-            spinner.wait()
+            spinner.terminate()
 
 
 if __name__ == "__main__":

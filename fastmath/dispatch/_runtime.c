@@ -71,19 +71,18 @@
 
 /* ---- clocks ------------------------------------------------------------------------ */
 
-static long long real_wall_ns(void)
+/* A clock's time in ns; -1 where it cannot be read (another thread's that has gone) */
+static long long clock_of(clockid_t clock)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (clock_gettime(clock, &t) != 0) {
+        return -1;
+    }
     return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-static long long real_cpu_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
+static long long real_wall_ns(void) { return clock_of(CLOCK_MONOTONIC); }
+static long long real_cpu_ns(void) { return clock_of(CLOCK_THREAD_CPUTIME_ID); }
 
 static PyObject *fake_clocks[2]; /* wall, the caller's CPU time; set and read under the GIL */
 
@@ -195,15 +194,6 @@ static struct {
     int valid;
 } usage_then;
 static pthread_mutex_t usage_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static long long clock_of(clockid_t clock)
-{
-    struct timespec t;
-    if (clock_gettime(clock, &t) != 0) {
-        return -1;
-    }
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 /* CPU time of the whole machine, ns: /proc/stat's first line (user, nice, system, irq,
  * softirq; not idle, iowait or steal); -1 where there is none. */
@@ -640,6 +630,12 @@ static TraceEvent *trace_ring = NULL;
 static atomic_int tracing = 0;
 static atomic_ulong traced = 0;
 
+/* n elements at `ps` picoseconds each (a record's whole-run time per element), in ns */
+static long long ps_times(unsigned ps, intptr_t n)
+{
+    return (long long)ps * (n / 1000) + (long long)ps * (n % 1000) / 1000;
+}
+
 /* whole_ps: the record's time per element (0: none); `left` is read from the record */
 static void trace_event(int kind, const fm_pace *pace, intptr_t n, long long wall,
                         long long alone, unsigned whole_ps, int woke, int came, int lost)
@@ -647,7 +643,7 @@ static void trace_event(int kind, const fm_pace *pace, intptr_t n, long long wal
     if (!atomic_load_explicit(&tracing, memory_order_relaxed) || trace_ring == NULL) {
         return;
     }
-    long long whole = whole_ps ? (long long)((double)whole_ps * (double)n * 1e-3) : -1;
+    long long whole = whole_ps ? ps_times(whole_ps, n) : -1;
     int paused = atomic_load_explicit(&pace->left, memory_order_relaxed);
     unsigned long k = atomic_fetch_add_explicit(&traced, 1, memory_order_relaxed);
     TraceEvent *e = &trace_ring[k % TRACE_N];
@@ -780,20 +776,18 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
         came = FM_UNKNOWN; /* made-up clocks (tests): whether a worker came is the
                             * machine's doing, which they do not replace */
     }
-    unsigned whole = fm_one_thread_ps(fm_pace_of(paces, n));
+    fm_pace *pace = fm_pace_of(paces, n);
+    unsigned whole = fm_one_thread_ps(pace);
     /* what the call would have taken whole, for consider_yield's share */
-    atomic_fetch_add_explicit(&splittable_ns,
-                              whole > 0 ? (long long)whole * (n / 1000)
-                                              + (long long)whole * (n % 1000) / 1000 : wall,
+    atomic_fetch_add_explicit(&splittable_ns, whole > 0 ? ps_times(whole, n) : wall,
                               memory_order_relaxed);
     if (came == FM_UNSEEN || came == FM_ABSENT) {
         /* an absent worker: workers park at once for a while (fm_finish), so the next
          * split wakes one, which takes its core back; that split is judged */
-        trace_event(1, fm_pace_of(paces, n), n, wall, alone, 0, woke, came, 0);
+        trace_event(1, pace, n, wall, alone, 0, woke, came, 0);
         return;
     }
     KEEP_FLAGS_BEGIN
-    fm_pace *pace = fm_pace_of(paces, n);
     int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
     skip = skip < 1 ? 1 : skip;
     int lost = (alone >= 0 && wall * 100 > alone * 105)

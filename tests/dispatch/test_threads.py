@@ -259,12 +259,17 @@ _SHUT_OUT = """
 """
 
 
-def _shut_out(seconds):
+def _counts(code, *args):
+    """The integers a subprocess running ``code`` with ``args`` prints (one BLAS thread)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(_SHUT_OUT), str(seconds)],
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
                        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     return tuple(map(int, r.stdout.split()))
+
+
+def _shut_out(seconds):
+    return _counts(_SHUT_OUT, seconds)
 
 
 def test_a_worker_shut_out_of_its_core_parks_so_that_the_next_split_wakes_it():
@@ -324,12 +329,7 @@ _YIELD = """
 
 
 def _yield(spinner, foreign, others=0.05, share=2.0):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(_YIELD), str(int(spinner)),
-                        str(int(foreign)), str(others), str(share)],
-                       capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return tuple(map(int, r.stdout.split()))
+    return _counts(_YIELD, int(spinner), int(foreign), others, share)
 
 
 def test_on_an_oversubscribed_machine_calls_run_whole():
