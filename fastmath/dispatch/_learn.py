@@ -34,13 +34,17 @@ is slower than the baseline's is dropped at once, so that learning never strays 
 the reference (one slow call, a scheduler's hiccup or one of the runtime's whole runs
 that time a kernel or follow a lost split, is not enough), except NumPy's own loops on
 the native runtime, which cost the reference's time at worst; so is one far behind the
-fastest (:meth:`Cell._behind`). Once every arm left has SAMPLES counted calls the cell
-settles on the fastest, and on the baseline unless an arm beats it by MARGIN: closer
-than that is noise, and the reference has no overhead. Where NumPy's own loops on the
+fastest (:meth:`Cell._behind`; those loops once timed BEHIND_AFTER times only). Once
+every arm left has SAMPLES counted calls the cell settles on the fastest, and on the
+baseline unless an arm beats it by MARGIN: closer than that is noise, and the reference
+has no overhead. Where NumPy's own loops on the
 native runtime (the numpy backend) are within TIE of the baseline, they win: they cost
 the reference's time at worst (the runtime runs a call whole while splits lose), and
 the runtime's pacing follows a busy core call by call, sooner than a revisit could. A
-comparison that is close (within twice the margin) takes more samples first, up to MOST.
+comparison that is close (within twice the margin) takes more samples first, up to MOST,
+as does a choice of the baseline where an arm left beat it by the margin in a call: the
+arms on the native runtime can all be 1.3-2.5x slower for a millisecond after the process
+slept (a 2-vCPU VM's second vCPU, woken), about as long as a learning.
 
 A new cell starts without the arms that lost by NEARBY times in the nearest class learned,
 and without the baseline where it lost there by BASELINE_NEARBY times (then the fastest
@@ -50,13 +54,16 @@ them all.
 
 A settled cell costs a dict lookup and a decrement per call. After REVISIT calls it is
 learned again (only the arms that do not lose at once cost anything, and those that lost
-by NEARBY times are tried at one revisit in RETRY_FAR only), the interval
+by NEARBY times are tried at one revisit in RETRY_FAR only, never NumPy's own loops on
+the runtime), the interval
 doubling while the choice holds, back to REVISIT when it changes or when the winner's
 time moves by half (a busy core, a laptop on battery). A choice taken from an earlier run
 (or from a calibration run) is first revisited after FIRST_REVISIT calls: a choice stored
 when torch's expm1 took 6 ms on 10^7 float64 elements held for 1000 calls of 20 ms each,
 where NumPy's took 12 ms, with another process busy on one core. A change of the thread
-budget (``fastmath.dispatch._config.reload``) starts afresh.
+budget (``fastmath.dispatch._config.reload``) starts afresh. Calls in the size classes
+that the reference has won CONFIRM learnings in a row, for every dtype, skip all this
+for good (:func:`_move_floor`).
 
 A backend whose library is not imported yet (torch takes 1.5 s) joins a cell only once
 the cell has done DEFER seconds of work: the import then costs the program at most a few
@@ -116,6 +123,11 @@ REVISIT, REVISIT_MOST = 1000, 64000  # calls between revisits of a settled cell
 # calls before the first revisit of a choice taken from an earlier run or a calibration
 # run: the machine may have changed since (another process busy, another library build)
 FIRST_REVISIT = 16
+CONFIRM = 2  # learnings in a row the reference must win a class before calls there skip
+# the learning for good (the fast path below the floor, never revisited): one learning
+# can meet a passing disturbance (on a 2-vCPU VM, the second vCPU slow for milliseconds
+# after the process slept: every arm on the runtime 1.3-2x its time, and log float32 at
+# 10^5 elements, 2.2-2.5x faster on torch's kernel, ran NumPy's call for the whole run)
 MOVED = 0.5  # a winner whose typical time moved by this much since it settled: learn afresh
 DEFER = 50.0  # seconds of a cell's work before an unimported backend may join (3% of 1.5 s)
 SAVE_EVERY = 60.0  # seconds between writes of the store while the program runs
@@ -194,6 +206,7 @@ class Cell:
         self.medians: dict = {}
         self.samples = 0
         self.revisits = 0
+        self.wins = 0  # learnings in a row the choice has won (one for a stored choice)
         self.source = "learned here"
         self.when = None
         self._open()
@@ -309,6 +322,12 @@ class Cell:
         typical = {a: _typical(t) for a, t in timed.items()}
         lost = []
         for a, t in timed.items():
+            if a in self.own and len(t) < BEHIND_AFTER:
+                # NumPy's own loops on the runtime cost the reference's time at worst:
+                # not dropped on one or two calls (their first after a pause of the
+                # process can wake a worker that takes a millisecond to run: expm1 of
+                # 10^5 float32 elements took 169 us once, 22 us in the calls after)
+                continue
             best = min(m for b, m in typical.items() if b != a)
             if min(t) > (BEHIND if len(t) >= BEHIND_AFTER else FAR) * best:
                 lost.append(a)
@@ -354,6 +373,11 @@ class Cell:
             tied = [a for a in live if a in self.own and med[a] <= base * (1 + TIE)]
             choice = best if ratio > 1 + MARGIN else min(tied, key=med.get) if tied else (
                 self.baseline)
+            if choice == self.baseline and n < MOST and any(
+                    a != choice and min(self.times[a]) * (1 + MARGIN) < base for a in live):
+                # an arm left has beaten the reference by the margin, in one call at
+                # least: more samples first (where a disturbance slowed its others)
+                return False
         old, before = self.choice, self.medians.get(self.choice)
         self.choice, self.learning = choice, False
         # (an arm that sat this learning out keeps its time from the last one)
@@ -363,6 +387,7 @@ class Cell:
         self.when = wall()
         held = choice == old and before is not None and abs(
             med[choice] / before - 1) < MOVED
+        self.wins = self.wins + 1 if choice == old else 1
         self.interval = min(2 * self.interval, REVISIT_MOST) if held else REVISIT
         return True
 
@@ -379,7 +404,8 @@ class Cell:
             # arms that lost by NEARBY times are tried at one revisit in RETRY_FAR: each
             # costs a few calls even when it loses at once, a lot beside a short call
             far = [a for a, t in self.medians.items() if a not in (self.baseline, self.choice)
-                   and best and t > NEARBY * best] if self.revisits % RETRY_FAR else []
+                   and a not in self.own and best and t > NEARBY * best
+                   ] if self.revisits % RETRY_FAR else []
             self._open(far)
 
     def describe(self) -> dict:
@@ -598,7 +624,7 @@ def _restore(cell) -> bool:
         return False
     cell.choice, cell.medians = rec["choice"], dict(rec["medians"])
     cell.samples, cell.when = rec["samples"], rec["when"]
-    cell.source, cell.learning = "learned here in an earlier run", False
+    cell.source, cell.learning, cell.wins = "learned here in an earlier run", False, 1
     settled[cell.key] = Settled(_chain_of(cell), FIRST_REVISIT)
     _move_floor(cell.key[0])
     _say("starts", cell)
@@ -611,6 +637,7 @@ def _calibrated(cell, first, source) -> bool:
     if source == "defaults" or not _runs(cell, first):
         return False
     cell.choice, cell.learning, cell.source = first, False, f"calibration run ({source})"
+    cell.wins = 1
     settled[cell.key] = Settled(_chain_of(cell), FIRST_REVISIT)
     _say("starts", cell)
     return True
@@ -639,21 +666,23 @@ def dtype_floors(name: str) -> dict:
 
 
 def _move_floor(name):
-    """Put ``name``'s floor past the largest size class where NumPy/SciPy won for every
-    dtype met (contiguous), but not above the smallest where a backend runs, learning
-    goes on, or the table runs a backend for a dtype not met yet. Calls below it take the
-    front ends' fast path, which serves every dtype: the reference (size classes below
-    the floor that no call met are not learned, and those settled on the reference are
-    not revisited). A dtype whose own classes are the reference's further up gets a
-    floor of its own (:func:`dtype_floors`), which the fast paths look up by dtype."""
+    """Put ``name``'s floor past the largest size class where NumPy/SciPy won CONFIRM
+    learnings in a row for every dtype (contiguous), but not above the smallest where a
+    backend runs or learning goes on (or may: a class the reference has won once only,
+    revisited as any settled class is), nor above LEARN_FROM while a dtype has not been
+    met. Calls below it take the front ends' fast path, which serves every dtype: the
+    reference (size classes below the floor that no call met are not learned, and those
+    settled on the reference are not revisited). A dtype whose own classes are the
+    reference's further up gets a floor of its own (:func:`dtype_floors`), which the fast
+    paths look up by dtype."""
     # by dtype met: the first sizes of the classes where a backend runs or learning goes
-    # on, and the classes the reference won (contiguous)
+    # on, and the classes the reference won, confirmed (contiguous)
     starts, done = {}, {}
     for key, cell in list(cells.items()):
         if key[0] != name:
             continue
         mine, won = starts.setdefault(key[1], []), done.setdefault(key[1], set())
-        if cell.learning or cell.choice != "reference":
+        if cell.learning or cell.choice != "reference" or cell.wins < CONFIRM:
             mine.append(class_bounds(key[2])[0])
         elif key[3] == 0:
             won.add(key[2])
@@ -662,12 +691,12 @@ def _move_floor(name):
         f = max((class_bounds(c)[1] for c in won), default=LEARN_FROM)
         return max(LEARN_FROM, min(first + [f])) if first else f
 
-    # a class is the reference's for the fast path once every dtype met learned it so...
+    # a class is the reference's for the fast path once every dtype learned it so (a dtype
+    # not met yet learns from LEARN_FROM: the other dtype's choice, or another machine's
+    # table, is not this one's; those met keep floors of their own meanwhile)
     first = [n for mine in starts.values() for n in mine]
-    # ... and a dtype not met yet keeps the table's first backend row for itself
-    for dtype in set(DTYPES) - set(starts):
-        e = _calibration.entry(name, dtype)
-        first += [n for n, names in (e.rows if e is not None else ()) if names][:1]
+    if set(DTYPES) - set(starts):
+        first.append(LEARN_FROM)
     f = floor_of(set.intersection(*done.values()) if done else (), first)
     # a dtype whose own classes are the reference's further up has a floor of its own
     # there (float32 may learn the reference where float64 gains from a backend)

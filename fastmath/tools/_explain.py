@@ -27,7 +27,8 @@ class Explanation:
     reason: str = ""  # why the front end hands such a call to the reference at any size
     rows: tuple = ()  # every row of the table for this function and dtype
     # where auto's choice comes from: "learned here", "learned here in an earlier run",
-    # "calibration run (path)", "guessed (...)", "learning now", or FASTMATH_AUTO=off
+    # "calibration run (path)", "guessed (...)", "learning now", the first with "learning
+    # again now" (a revisit of a learned choice), or FASTMATH_AUTO=off
     how: str = ""
     learned: dict | None = None  # the cell's state (dispatch/_learn.describe), if any
 
@@ -39,7 +40,7 @@ class Explanation:
             pick = f"{ref}'s own formula in this thread (its results, warnings and errors)"
         lines = [f"fastmath.{self.function} on {self.dtype}, {_elements(self.size)}: "
                  f"auto runs {pick}"]
-        decided = self.learned is not None and self.learned["state"] != "learning"
+        decided = self.learned is not None and self.learned["choice"] is not None
         if decided:
             guess = " > ".join(self.row[1]) or "reference" if self.row else "reference"
             lines.append(f"  why: measured on this machine (the table's guess: {guess})")
@@ -193,13 +194,15 @@ def explain(func, /, *args, **kwargs) -> Explanation:
             how = (f"not learned yet: {how} until this program's first calls of about "
                    f"{_elements(size)} ({dtype}) measure it" if dtype in _learn.DTYPES
                    else how)
-        elif learned["state"] == "learning":
+        elif learned["state"] == "learning" and learned["choice"] is None:
             how = f"learning now, {how} meanwhile"
         else:
             choice = learned["choice"]
             names = () if choice == "reference" else (choice,) + (
                 () if choice == "numpy" else ("numpy",))
-            how = learned["source"]
+            how = learned["source"] if learned["state"] != "learning" else (
+                f"{learned['source']}, learning again now (a revisit: each arm runs a few "
+                "calls, then the fastest runs on)")
     return Explanation(spec.name, dtype, int(size), names[0] if names else "reference",
                        names[1:], row, source, measured, at, _selection.current(),
                        rows=entry.rows if entry is not None else (), how=how,
