@@ -13,7 +13,7 @@ import pytest
 
 import fastmath
 from fastmath.backends import numpy as numpy_backend
-from fastmath.dispatch import _parallel
+from fastmath.dispatch import _config, _parallel
 
 from helpers import FakeClock
 
@@ -46,7 +46,11 @@ class _Spy:
 
 @pytest.fixture
 def spy(monkeypatch):
-    """The calls the native runtime took."""
+    """The calls the native runtime took. The front ends' C fast paths forget the calls
+    they make themselves (a kernel's runtime entry, learned at an earlier test's first
+    call of the numpy backend on that dtype, tests/dispatch/test_threads.py's for one):
+    each test's first call of a dtype goes through the backend, where the spy sits."""
+    _config.reload()
     spy = _Spy(_runtime)
     monkeypatch.setattr(numpy_backend, "_runtime", spy)
     return spy.taken
