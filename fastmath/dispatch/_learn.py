@@ -21,8 +21,9 @@ runtime (the reference's, torch's) its spinning workers are parked, and a kernel
 splits again if a lost split had paused it. A call of a kernel on the runtime begun
 short of threads is not counted either (a worker that the run's first call woke has not
 run yet; or another library's threads still spin after their own call, torch's,
-announced to the runtime), up to SPARED such calls in a row, or for SPARE_FOR seconds,
-the run going on until its threads come; nor is any arm's call
+announced to the runtime; or the pool's threads took under half their share of its
+pieces), up to SPARED such calls in a row, or for SPARE_FOR seconds, the run going on until
+its threads come, nor the call after them; nor is any arm's call
 during which the process took FAULTS page faults or more (from size class FAULTS_FROM):
 its output was memory the heap had just grown by, mapped as the call wrote it, a cost
 the program pays once (fastmath's outputs are recycled, dispatch/_alloc.py) and not the
@@ -103,8 +104,10 @@ RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this 
 BASELINE_NEARBY = 3.0  # the baseline this far behind in the nearest class: not tried at first
 NEARBY_LONG = 1.25  # ... any arm this far behind, where the calls will take LONG seconds
 SPARED = 2  # a kernel's calls short of threads or memory left uncounted in a row, at most...
-SPARE_FOR = 2e-3  # ... or, short of threads, for this many seconds from the first, the
-# run going on meanwhile (a parked worker takes up to a millisecond to wake on a VM)
+SPARE_FOR = 20e-3  # ... or, short of threads, for this many seconds from the first, the
+# run going on meanwhile (a parked worker takes up to a millisecond to wake on a VM, and
+# on a 2-vCPU VM after the process slept, a worker woken on the other vCPU waited
+# runnable 8-20 ms while nothing else ran there: the host had not run that vCPU yet)
 FAULTS = 2  # page faults during a timed call from which it is not counted (fresh memory)...
 FAULTS_FROM = 8  # ... in size classes from this one (32768 elements; two reads of the count
 # cost 1.6 us, and below it an output comes from memory the heap already has)
@@ -219,6 +222,7 @@ class Cell:
         self.opening: set = set()  # arms whose next recorded call opens a run: not counted
         self.warmed: set = set()  # arms whose first call in this cell is done
         self.spared: dict = {}  # arm -> its calls left uncounted in a row (short of threads)
+        self.returning: set = set()  # arms whose threads were short in their last call
         self.waiting: dict = {}  # arm -> when the first of them, short of threads, was timed
         self.learning = True
 
@@ -275,7 +279,8 @@ class Cell:
         run of two calls ended before a worker woken by its first call had run, the
         numpy backend's calls were all short of threads, at every turn (its pool parks
         before the reference's), its third ran whole and counted, and cells where it was
-        1.2x faster settled on the reference."""
+        1.2x faster settled on the reference. The call after calls short of threads
+        spared so is not counted either: its threads have only just come back."""
         with self.lock:
             if not self.learning or arm not in self.times or arm in self.dropped:
                 return False
@@ -285,6 +290,14 @@ class Cell:
             if short == THREADS:
                 now = clock()
                 waits = now - self.waiting.setdefault(arm, now) < SPARE_FOR
+            if arm in self.returning and not short:
+                # the first call after calls short of threads, its threads back: not
+                # counted either (after a stall of the VM's other vCPU, such a call took
+                # 2-2.5x its time: a worker preempted holding a piece holds the call up)
+                self.returning.discard(arm)
+                if arm == self.current:
+                    self.streak = max(self.streak, 1)
+                return False
             if arm in self.opening or (short and (spared < SPARED or waits)):
                 # a run's first call (its pool woke, or it warms up), or one short of
                 # threads or of mapped memory
@@ -292,6 +305,7 @@ class Cell:
                     self.spared[arm] = spared + 1
                     if waits and arm == self.current:
                         self.streak = max(self.streak, 1)
+                        self.returning.add(arm)
                 self.opening.discard(arm)
                 self.warmed.add(arm)
                 return False

@@ -147,7 +147,7 @@ static atomic_ulong moves = 0; /* workers that moved off their caller's CPU (mov
 /* A call woke parked workers and none has run since: a split starting now runs without
  * them (a wake-up takes up to a millisecond on a VM, longer than many calls) */
 static atomic_int wake_pending = 0;
-static _Thread_local unsigned long late_here = 0; /* this thread's splits begun so */
+static _Thread_local unsigned long late_here = 0; /* splits short of threads: late() */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static atomic_int pacing = 1;
 /* From the end of another library's parallel call until foreign_until (wall_ns), its
@@ -548,6 +548,8 @@ static int fm_start(fm_job *job, int threads)
     atomic_init(&job->flags, 0);
     atomic_init(&job->seats, threads - 1);
     atomic_init(&job->joined, 0);
+    job->threads = threads;
+    job->late = 0;
     job->started = real_wall_ns();
     job->absent = 0;
     job->cpu = sched_getcpu();
@@ -566,6 +568,7 @@ static int fm_start(fm_job *job, int threads)
             job->woke = FM_WOKE_ON_PURPOSE;
         }
         if (atomic_load_explicit(&wake_pending, memory_order_relaxed)) {
+            job->late = 1;
             late_here++;
         }
         atomic_store_explicit(&wake_pending, 1, memory_order_relaxed);
@@ -581,13 +584,24 @@ static void fm_finish(fm_job *job)
 {
     job->caller_n = 0;
     job->caller_ns = 0;
+    intptr_t mine;
     if (job->timed) {
         long long t0 = thread_cpu_ns();
-        job->caller_n = run_pieces(job, 0);
+        mine = job->caller_n = run_pieces(job, 0);
         job->caller_ns = thread_cpu_ns() - t0;
     }
     else {
-        run_pieces(job, 0);
+        mine = run_pieces(job, 0);
+    }
+    /* The pool's threads took under half their share of the pieces: the split ran short
+     * of them (late(), which auto's learning reads). On a 2-vCPU VM, after the process
+     * slept, a worker woken on the other vCPU waited runnable for 8-20 ms (nothing else
+     * ran there: the host had not run that vCPU) and every split took about a whole
+     * run's time: learned then, NumPy's own call won cells where the runtime's kernels
+     * were 1.5-2.5x faster. */
+    int t = job->threads;
+    if (t > 1 && !job->late && (double)(job->n - mine) * (2.0 * t) < (double)job->n * (t - 1)) {
+        late_here++;
     }
     /* Every piece is taken; workers that joined finish theirs. */
     atomic_store(&pool.current, NULL);
@@ -1997,7 +2011,8 @@ static PyMethodDef methods[] = {
     {"late", py_late, METH_NOARGS,
      "late() -> how many splits made by this thread began while a worker woken by an\n"
      "earlier call had not run yet (a wake-up takes up to a millisecond on a VM: such a\n"
-     "split ran without it)"},
+     "split ran without it), or ran with the pool's threads taking under half their\n"
+     "share of its pieces"},
     {"pause_seconds", py_pause_seconds, METH_NOARGS,
      "pause_seconds() -> the time of one pause instruction, the unit of spin loops"},
     {"set_spin", py_set_spin, METH_VARARGS,

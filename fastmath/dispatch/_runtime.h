@@ -75,6 +75,8 @@ typedef struct {
     intptr_t n, piece;
     int timed;             /* time the caller's pieces: caller_ns, caller_n */
     int woke;              /* set by start(): a worker was parked when it began */
+    int threads;           /* set by start(): the caller and the pool threads it may use */
+    int late;              /* set by start(): begun while a woken worker had not run */
     long long started;     /* set by start(): when it began (CLOCK_MONOTONIC, ns) */
     int cpu;               /* set by start(): the CPU the caller ran on (-1: not known) */
     int absent;            /* set by finish(): see fm_came() */

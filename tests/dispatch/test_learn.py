@@ -531,6 +531,40 @@ def test_calls_short_of_threads_are_not_counted(learn, monkeypatch, cause):
     assert settled_on() == "reference"
 
 
+def test_the_call_after_calls_short_of_threads_is_not_counted(learn, monkeypatch):
+    """After a stall of a VM's other vCPU (its worker waited runnable 8-20 ms), the first
+    split with the worker back took 2-2.5x its time, not short of threads by the
+    runtime's measure (a worker preempted holding a piece holds the call up): it is not
+    counted either, and the run goes on."""
+    arms = Arms(learn, {"reference": 10e-6, "numpy": 5e-6})
+    monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
+    monkeypatch.setattr(_learn, "_foreign_left", lambda: 0.0)
+    late, since = [0], [0]  # short splits; the numpy backend's calls since the reference's
+    monkeypatch.setattr(_learn, "_late", lambda: late[0])
+    real = arms.kernel
+
+    def kernel(name, spec):
+        k = real(name, spec)
+        if name == "reference":
+            def parked(x, out):
+                since[0] = 0
+                return k(x, out)
+            return parked
+
+        def split(x, out):  # two calls short of threads, one slow, then 5 us
+            since[0] += 1
+            late[0] += since[0] <= 2
+            arms.costs["numpy"] = 20e-6 if since[0] <= 3 else 5e-6
+            return k(x, out)
+        return split
+    arms.kernel = kernel
+    arms.mark("numpy", runtime_pace=7)
+    run(arms, 200)
+    assert settled_on() == "numpy"
+    cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
+    assert cell.medians["numpy"] == pytest.approx(5e-6)
+
+
 def test_a_runtime_kernels_run_goes_on_until_its_threads_come(learn, monkeypatch):
     """Before each of the reference's calls the runtime's workers park; the numpy backend's
     next run wakes them, and on a VM a parked worker takes up to a millisecond to run. At
@@ -1129,8 +1163,11 @@ def test_a_hostile_store_is_ignored_with_one_warning(learn, make):
     x = np.linspace(0.1, 1, N)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for _ in range(60):  # learning, settling, and a write of the store
+        for _ in range(3000):  # learning, settling, and a write of the store (a real
+            # split short of threads goes uncounted for SPARE_FOR on the fake clock)
             assert_same(fastmath.exp(x), np.exp(x), ulps=BY_NAME["exp"].ulp[1])
+            if _learn.settled:
+                break
         _learn.save()
     said = [w for w in caught if "store of learned choices" in str(w.message)]
     assert len(said) == len(caught) == 1, [str(w.message) for w in caught]

@@ -140,6 +140,51 @@ def test_a_call_uses_no_more_threads_than_its_limit():
         _runtime.set_pacing(pacing)
 
 
+def test_a_split_whose_worker_took_few_pieces_counts_as_short_of_threads():
+    """late() counts the caller's splits in which the pool's threads took under half their
+    share of the pieces (auto's learning does not count such calls: on a VM, after the
+    process slept, a worker woken on the other vCPU waited runnable for 8-20 ms). Pieces
+    here: a ctypes function in a VML entry point's signature that sleeps 1 ms on the pool's
+    threads, 50 us on the caller's (it then takes almost every piece), or 200 us on both."""
+    import ctypes
+    import threading
+    import time
+
+    caller = threading.get_ident()
+    slow_pool = [True]
+    took = []
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    def piece(n, a, r, mode):
+        mine = threading.get_ident() == caller
+        took.append(mine)
+        time.sleep(0.0002 if not slow_pool[0] else 0.00005 if mine else 0.001)
+    address = ctypes.cast(piece, ctypes.c_void_p).value
+    x = np.ones(1 << 16)
+    out = np.empty_like(x)
+    pace = _runtime.new_pace()
+    before, pacing = _runtime.threads(), _runtime.set_pacing(False)
+    try:
+        _runtime.set_threads(2)
+        counts = {}
+        for slow in (True, False):
+            slow_pool[0] = slow
+            late, shared = _runtime.late(), 0
+            for _ in range(10):
+                took.clear()
+                _runtime.vml(address, (x,), out, 0, pace, 0, 0, False)
+                # the worker took a fair share (a parked one may wake too late for one call)
+                shared += not all(took) and 3 * took.count(False) >= len(took)
+            counts[slow] = (_runtime.late() - late, shared)
+        if counts[False][1] < 5:
+            pytest.skip("the pool's thread seldom ran beside the caller here")
+        assert counts[True][0] == 10  # every split short of threads
+        assert counts[False][0] <= 10 - counts[False][1]  # none where it took its share
+    finally:
+        _runtime.set_threads(before)
+        _runtime.set_pacing(pacing)
+
+
 @pytest.mark.parametrize("first, own", [("fastmath", None), ("fastmath", "26"), ("numpy", None)])
 def test_openblas_threads_sleep_soon_after_a_call(first, own):
     """OpenBLAS keeps its threads spinning 2^28 cycles (about 0.1 s) after each threaded
