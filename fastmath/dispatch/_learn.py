@@ -22,12 +22,13 @@ splits again if a lost split had paused it. A call of a kernel on the runtime be
 short of threads is not counted either (a worker that the run's first call woke has not
 run yet; or another library's threads still spin after their own call, torch's,
 announced to the runtime; or the pool's threads took under half their share of its
-pieces), up to SPARED such calls in a row, or for SPARE_FOR seconds, the run going on until
-its threads come, nor the call after them; nor is any arm's call
-during which the process took FAULTS page faults or more (from size class FAULTS_FROM):
-its output was memory the heap had just grown by, mapped as the call wrote it, a cost
-the program pays once (fastmath's outputs are recycled, dispatch/_alloc.py) and not the
-kernel's; on a VM one such call of 10^7 elements took 0.14-0.29 s against 6-20 ms.
+pieces), up to SPARED such calls in a row, or for SPARE_FOR seconds (SPARE_CALLS calls'
+time, within those bounds), the run going on until its threads come, nor the call after
+them; nor is any arm's call during which the process took FAULTS page faults or more
+(from size class FAULTS_FROM): its output was memory the heap had just grown by, mapped
+as the call wrote it, a cost the program pays once (fastmath's outputs are recycled,
+dispatch/_alloc.py) and not the kernel's; on a VM one such call of 10^7 elements took
+0.14-0.29 s against 6-20 ms.
 
 An arm's time is its typical time, the lower quartile of its counted calls: noise on a
 shared machine only adds time. An arm whose typical time after two counted calls or more
@@ -104,10 +105,13 @@ RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this 
 BASELINE_NEARBY = 3.0  # the baseline this far behind in the nearest class: not tried at first
 NEARBY_LONG = 1.25  # ... any arm this far behind, where the calls will take LONG seconds
 SPARED = 2  # a kernel's calls short of threads or memory left uncounted in a row, at most...
-SPARE_FOR = 20e-3  # ... or, short of threads, for this many seconds from the first, the
-# run going on meanwhile (a parked worker takes up to a millisecond to wake on a VM, and
-# on a 2-vCPU VM after the process slept, a worker woken on the other vCPU waited
-# runnable 8-20 ms while nothing else ran there: the host had not run that vCPU yet)
+SPARE_FOR = 2e-3, 20e-3  # ... or, short of threads, for this many seconds from the first,
+# the run going on meanwhile (a parked worker takes up to a millisecond to wake on a VM,
+# and on a 2-vCPU VM after the process slept, a worker woken on the other vCPU waited
+# runnable 8-20 ms while nothing else ran there: the host had not run that vCPU yet)...
+SPARE_CALLS = 200  # ... the longer for calls this long, but for so many at most (a short
+# call costs more than the reference's where the call is short: with a core busy for good,
+# 20 ms of them at 10^4 elements made auto 0.5x NumPy in bench/busy.py)
 FAULTS = 2  # page faults during a timed call from which it is not counted (fresh memory)...
 FAULTS_FROM = 8  # ... in size classes from this one (32768 elements; two reads of the count
 # cost 1.6 us, and below it an output comes from memory the heap already has)
@@ -289,7 +293,8 @@ class Cell:
             waits = False
             if short == THREADS:
                 now = clock()
-                waits = now - self.waiting.setdefault(arm, now) < SPARE_FOR
+                spare = min(max(SPARE_FOR[0], SPARE_CALLS * seconds), SPARE_FOR[1])
+                waits = now - self.waiting.setdefault(arm, now) < spare
             if arm in self.returning and not short:
                 # the first call after calls short of threads, its threads back: not
                 # counted either (after a stall of the VM's other vCPU, such a call took

@@ -593,14 +593,18 @@ static void fm_finish(fm_job *job)
     else {
         mine = run_pieces(job, 0);
     }
-    /* The pool's threads took under half their share of the pieces: the split ran short
-     * of them (late(), which auto's learning reads). On a 2-vCPU VM, after the process
-     * slept, a worker woken on the other vCPU waited runnable for 8-20 ms (nothing else
-     * ran there: the host had not run that vCPU) and every split took about a whole
-     * run's time: learned then, NumPy's own call won cells where the runtime's kernels
-     * were 1.5-2.5x faster. */
+    /* The pool's threads took under half their share of the pieces of a split long enough
+     * for running ones to come (ABSENT_NS): it ran short of them (late(), which auto's
+     * learning reads). On a 2-vCPU VM, after the process slept, a worker woken on the
+     * other vCPU waited runnable for 8-20 ms (nothing else ran there: the host had not
+     * run that vCPU) and every split took about a whole run's time: learned then,
+     * NumPy's own call won cells where the runtime's kernels were 1.5-2.5x faster.
+     * (Shorter splits often end before a worker comes, with a core busy for good: the
+     * learning then waited for threads at every turn, and auto ran 0.93-0.96x NumPy's
+     * speed at 10^4 elements in bench/busy.py.) */
     int t = job->threads;
-    if (t > 1 && !job->late && (double)(job->n - mine) * (2.0 * t) < (double)job->n * (t - 1)) {
+    if (t > 1 && !job->late && (double)(job->n - mine) * (2.0 * t) < (double)job->n * (t - 1)
+            && real_wall_ns() - job->started >= ABSENT_NS) {
         late_here++;
     }
     /* Every piece is taken; workers that joined finish theirs. */
