@@ -45,8 +45,8 @@ the reference's time at worst (the runtime runs a call whole while splits lose),
 the runtime's pacing follows a busy core call by call, sooner than a revisit could. A
 comparison that is close (within twice the margin) takes more samples first, up to MOST,
 as does a choice of the baseline where an arm left beat it by the margin in a call: the
-arms on the native runtime can all be 1.3-2.5x slower for a millisecond after the process
-slept (a 2-vCPU VM's second vCPU, woken), about as long as a learning.
+arms on the native runtime can all be 1.3-2.5x slower for a millisecond or more after the
+process slept (a 2-vCPU VM's second vCPU, woken), about as long as a learning.
 
 A new cell starts without the arms that lost by NEARBY times in the nearest class learned,
 and without the baseline where it lost there by BASELINE_NEARBY times (then the fastest
