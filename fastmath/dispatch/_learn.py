@@ -60,7 +60,8 @@ by NEARBY times are tried at one revisit in RETRY_FAR only, never NumPy's own lo
 the runtime), the interval
 doubling while the choice holds, back to REVISIT when it changes or when the winner's
 time moves by half (a busy core, a laptop on battery). A choice taken from an earlier run
-(or from a calibration run) is first revisited after FIRST_REVISIT calls: a choice stored
+(or from a calibration run) is first revisited after FIRST_REVISIT calls, every arm tried
+at that revisit (their stored times may be another moment's): a choice stored
 when torch's expm1 took 6 ms on 10^7 float64 elements held for 1000 calls of 20 ms each,
 where NumPy's took 12 ms, with another process busy on one core. A change of the thread
 budget (``fastmath.dispatch._config.reload``) starts afresh. Calls in the size classes
@@ -214,6 +215,7 @@ class Cell:
         self.samples = 0
         self.revisits = 0
         self.wins = 0  # learnings in a row the choice has won (one for a stored choice)
+        self.stored = False  # the choice is an earlier run's or a calibration run's
         self.source = "learned here"
         self.when = None
         self._open()
@@ -421,10 +423,14 @@ class Cell:
                 self.interval = REVISIT
             self.revisits += 1
             # arms that lost by NEARBY times are tried at one revisit in RETRY_FAR: each
-            # costs a few calls even when it loses at once, a lot beside a short call
+            # costs a few calls even when it loses at once, a lot beside a short call; but
+            # every arm at the first revisit of a choice from an earlier run or a calibration
+            # run, whose times may be another moment's (mkl's expm1 on 10^5 float64, stored
+            # at 910 us, sat out every run's revisits while it took 47 us, 1.5x faster)
             far = [a for a, t in self.medians.items() if a not in (self.baseline, self.choice)
                    and a not in self.own and best and t > NEARBY * best
-                   ] if self.revisits % RETRY_FAR else []
+                   ] if self.revisits % RETRY_FAR and not self.stored else []
+            self.stored = False
             self._open(far)
 
     def describe(self) -> dict:
@@ -644,6 +650,7 @@ def _restore(cell) -> bool:
     cell.choice, cell.medians = rec["choice"], dict(rec["medians"])
     cell.samples, cell.when = rec["samples"], rec["when"]
     cell.source, cell.learning, cell.wins = "learned here in an earlier run", False, 1
+    cell.stored = True
     settled[cell.key] = Settled(_chain_of(cell), FIRST_REVISIT)
     _move_floor(cell.key[0])
     _say("starts", cell)
@@ -656,7 +663,7 @@ def _calibrated(cell, first, source) -> bool:
     if source == "defaults" or not _runs(cell, first):
         return False
     cell.choice, cell.learning, cell.source = first, False, f"calibration run ({source})"
-    cell.wins = 1
+    cell.wins, cell.stored = 1, True
     settled[cell.key] = Settled(_chain_of(cell), FIRST_REVISIT)
     _say("starts", cell)
     return True
