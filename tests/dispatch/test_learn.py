@@ -531,11 +531,10 @@ def test_calls_short_of_threads_are_not_counted(learn, monkeypatch, cause):
     assert settled_on() == "reference"
 
 
-def test_short_calls_wait_for_their_threads_for_fewer_calls(learn, monkeypatch):
-    """A turn short of threads goes on for SPARE_CALLS calls' time, within SPARE_FOR: with
-    a core busy for good, 20 ms of calls short of threads at 10^4 elements each turn made
-    auto 0.93-0.96x NumPy in bench/busy.py."""
-    arms = Arms(learn, {"reference": 5e-6, "numpy": 6e-6})
+def _on_runtime(arms, monkeypatch, numpy_call, reference_call=None):
+    """The numpy arm on the native runtime, with a fake late() (the runtime's count of
+    splits short of threads): ``numpy_call(late)`` runs before each of its calls (it may
+    add to ``late[0]`` and set its cost), ``reference_call()`` before the reference's."""
     monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
     monkeypatch.setattr(_learn, "_foreign_left", lambda: 0.0)
     late = [0]
@@ -544,15 +543,27 @@ def test_short_calls_wait_for_their_threads_for_fewer_calls(learn, monkeypatch):
 
     def kernel(name, spec):
         k = real(name, spec)
-        if name != "numpy":
+        before = {"numpy": lambda: numpy_call(late), "reference": reference_call}.get(name)
+        if before is None:
             return k
 
-        def short(x, out):  # every split short of threads (a core taken for good)
-            late[0] += 1
+        def call(x, out):
+            before()
             return k(x, out)
-        return short
+        return call
     arms.kernel = kernel
     arms.mark("numpy", runtime_pace=7)
+
+
+def test_short_calls_wait_for_their_threads_for_fewer_calls(learn, monkeypatch):
+    """A turn short of threads goes on for SPARE_CALLS calls' time, within SPARE_FOR: with
+    a core busy for good, 20 ms of calls short of threads at 10^4 elements each turn made
+    auto 0.93-0.96x NumPy in bench/busy.py."""
+    arms = Arms(learn, {"reference": 5e-6, "numpy": 6e-6})
+
+    def short(late):  # every split short of threads (a core taken for good)
+        late[0] += 1
+    _on_runtime(arms, monkeypatch, short)
     run(arms, 20000)
     assert settled_on() == "reference"
     # a turn's calls: SPARE_FOR[0] of them (the clock reads add a little), not SPARE_FOR[1]
@@ -565,28 +576,13 @@ def test_the_call_after_calls_short_of_threads_is_not_counted(learn, monkeypatch
     runtime's measure (a worker preempted holding a piece holds the call up): it is not
     counted either, and the run goes on."""
     arms = Arms(learn, {"reference": 10e-6, "numpy": 5e-6})
-    monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
-    monkeypatch.setattr(_learn, "_foreign_left", lambda: 0.0)
-    late, since = [0], [0]  # short splits; the numpy backend's calls since the reference's
-    monkeypatch.setattr(_learn, "_late", lambda: late[0])
-    real = arms.kernel
+    since = [0]  # the numpy backend's calls since the reference's
 
-    def kernel(name, spec):
-        k = real(name, spec)
-        if name == "reference":
-            def parked(x, out):
-                since[0] = 0
-                return k(x, out)
-            return parked
-
-        def split(x, out):  # two calls short of threads, one slow, then 5 us
-            since[0] += 1
-            late[0] += since[0] <= 2
-            arms.costs["numpy"] = 20e-6 if since[0] <= 3 else 5e-6
-            return k(x, out)
-        return split
-    arms.kernel = kernel
-    arms.mark("numpy", runtime_pace=7)
+    def split(late):  # two calls short of threads, one slow, then 5 us
+        since[0] += 1
+        late[0] += since[0] <= 2
+        arms.costs["numpy"] = 20e-6 if since[0] <= 3 else 5e-6
+    _on_runtime(arms, monkeypatch, split, lambda: since.__setitem__(0, 0))
     run(arms, 200)
     assert settled_on() == "numpy"
     cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]
@@ -602,30 +598,15 @@ def test_a_runtime_kernels_run_goes_on_until_its_threads_come(learn, monkeypatch
     10^4, bench/peers.py --learn). The run goes on, its calls not counted, until the
     worker has come."""
     arms = Arms(learn, {"reference": 9e-6, "numpy": 5e-6})
-    monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
-    monkeypatch.setattr(_learn, "_foreign_left", lambda: 0.0)
-    late, woken = [0], [None]  # splits begun while a worker was waking; when it was woken
-    monkeypatch.setattr(_learn, "_late", lambda: late[0])
-    real = arms.kernel
+    woken = [None]  # when a call woke the worker (the reference's parks it)
 
-    def kernel(name, spec):  # the worker comes 500 us after a call woke it
-        k = real(name, spec)
-        if name == "reference":
-            def parked(x, out):
-                woken[0] = None
-                return k(x, out)
-            return parked
-
-        def split(x, out):
-            if woken[0] is None:
-                woken[0] = learn()
-            waking = learn() - woken[0] < 500e-6
-            late[0] += waking
-            arms.costs["numpy"] = 9.5e-6 if waking else 5e-6  # whole, or split
-            return k(x, out)
-        return split
-    arms.kernel = kernel
-    arms.mark("numpy", runtime_pace=7)
+    def split(late):  # the worker comes 500 us after a call woke it
+        if woken[0] is None:
+            woken[0] = learn()
+        waking = learn() - woken[0] < 500e-6
+        late[0] += waking
+        arms.costs["numpy"] = 9.5e-6 if waking else 5e-6  # whole, or split
+    _on_runtime(arms, monkeypatch, split, lambda: woken.__setitem__(0, None))
     run(arms, 2000)
     assert settled_on() == "numpy"
     cell = _learn.cells["exp", "float64", _learn.size_class(N), 0]

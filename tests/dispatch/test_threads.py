@@ -5,6 +5,7 @@ Oracle: the conventions of OpenMP (OMP_NUM_THREADS, its first level), and thread
 own behaviour for the libraries it knows (threadpool_info lists them, threadpool_limits
 sets a limit for the block and restores it after).
 """
+import contextlib
 import os
 import subprocess
 import sys
@@ -100,32 +101,46 @@ def test_under_threadpool_limits_a_call_runs_in_the_callers_thread():
     assert got.tobytes() == np.exp(x).tobytes()
 
 
-def test_a_call_uses_no_more_threads_than_its_limit():
-    """Workers started for a larger limit stay out of a call made under a smaller one
-    (the limit lowered by set_threads, FASTMATH_NUM_THREADS or threadpoolctl): every
-    spinning worker once joined every call. The call's pieces here are a ctypes function
-    in a VML entry point's signature that records its thread and sleeps 2 ms, so that every
-    worker has time to come."""
+@contextlib.contextmanager
+def _pieces(body, threads):
+    """Calls of the runtime's vml() over 2^16 elements, in pieces that run ``body()`` (a
+    ctypes function in a VML entry point's signature), pacing off, on ``threads``
+    threads: yields the call."""
     import ctypes
-    import threading
-    import time
-
-    seen = set()
 
     @ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
     def piece(n, a, r, mode):
-        seen.add(threading.get_ident())
-        time.sleep(0.002)
+        body()
     address = ctypes.cast(piece, ctypes.c_void_p).value
     x = np.ones(1 << 16)
     out = np.empty_like(x)
     pace = _runtime.new_pace()
     before, pacing = _runtime.threads(), _runtime.set_pacing(False)
     try:
-        _runtime.set_threads(3)
+        _runtime.set_threads(threads)
+        yield lambda: _runtime.vml(address, (x,), out, 0, pace, 0, 0, False)
+    finally:
+        _runtime.set_threads(before)
+        _runtime.set_pacing(pacing)
+
+
+def test_a_call_uses_no_more_threads_than_its_limit():
+    """Workers started for a larger limit stay out of a call made under a smaller one
+    (the limit lowered by set_threads, FASTMATH_NUM_THREADS or threadpoolctl): every
+    spinning worker once joined every call. The call's pieces here record their thread
+    and sleep 2 ms, so that every worker has time to come."""
+    import threading
+    import time
+
+    seen = set()
+
+    def piece():
+        seen.add(threading.get_ident())
+        time.sleep(0.002)
+    with _pieces(piece, 3) as call:
         for _ in range(20):  # until three threads took pieces (one may wake late)
             seen.clear()
-            _runtime.vml(address, (x,), out, 0, pace, 0, 0, False)
+            call()
             if len(seen) == 3:
                 break
         if len(seen) < 3:
@@ -133,20 +148,16 @@ def test_a_call_uses_no_more_threads_than_its_limit():
         _runtime.set_threads(2)
         for _ in range(10):
             seen.clear()
-            _runtime.vml(address, (x,), out, 0, pace, 0, 0, False)
+            call()
             assert len(seen) <= 2
-    finally:
-        _runtime.set_threads(before)
-        _runtime.set_pacing(pacing)
 
 
 def test_a_split_whose_worker_took_few_pieces_counts_as_short_of_threads():
     """late() counts the caller's splits in which the pool's threads took under half their
     share of the pieces (auto's learning does not count such calls: on a VM, after the
-    process slept, a worker woken on the other vCPU waited runnable for 8-20 ms). Pieces
-    here: a ctypes function in a VML entry point's signature that sleeps 1 ms on the pool's
-    threads, 50 us on the caller's (it then takes almost every piece), or 200 us on both."""
-    import ctypes
+    process slept, a worker woken on the other vCPU waited runnable for 8-20 ms). The
+    pieces here sleep 1 ms on the pool's threads, 50 us on the caller's (it then takes
+    almost every piece), or 200 us on both."""
     import threading
     import time
 
@@ -154,36 +165,26 @@ def test_a_split_whose_worker_took_few_pieces_counts_as_short_of_threads():
     slow_pool = [True]
     took = []
 
-    @ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
-    def piece(n, a, r, mode):
+    def piece():
         mine = threading.get_ident() == caller
         took.append(mine)
         time.sleep(0.0002 if not slow_pool[0] else 0.00005 if mine else 0.001)
-    address = ctypes.cast(piece, ctypes.c_void_p).value
-    x = np.ones(1 << 16)
-    out = np.empty_like(x)
-    pace = _runtime.new_pace()
-    before, pacing = _runtime.threads(), _runtime.set_pacing(False)
-    try:
-        _runtime.set_threads(2)
+    with _pieces(piece, 2) as call:
         calls = {True: [], False: []}  # (counted short, the worker's share of pieces)
         for slow in (True, False):
             slow_pool[0] = slow
             for _ in range(10):
                 took.clear()
                 late, wakes = _runtime.late(), _runtime.stats()["wakes"]
-                _runtime.vml(address, (x,), out, 0, pace, 0, 0, False)
+                call()
                 if _runtime.stats()["wakes"] == wakes:  # (a parked worker woke: its call
                     # counts as begun short of threads, whatever share it then took)
                     calls[slow].append((_runtime.late() - late, took.count(False) / len(took)))
-        fair = [late for late, share in calls[False] if share >= 1 / 3]
-        if len(fair) < 5:
-            pytest.skip("the pool's thread seldom ran beside the caller here")
-        assert calls[True] and all(late == 1 for late, _ in calls[True])  # all short
-        assert fair == [0] * len(fair)  # none where it took its share
-    finally:
-        _runtime.set_threads(before)
-        _runtime.set_pacing(pacing)
+    fair = [late for late, share in calls[False] if share >= 1 / 3]
+    if len(fair) < 5:
+        pytest.skip("the pool's thread seldom ran beside the caller here")
+    assert calls[True] and all(late == 1 for late, _ in calls[True])  # all short
+    assert fair == [0] * len(fair)  # none where it took its share
 
 
 @pytest.mark.parametrize("first, own", [("fastmath", None), ("fastmath", "26"), ("numpy", None)])
