@@ -39,14 +39,14 @@ the native runtime, which cost the reference's time at worst; so is one far behi
 fastest (:meth:`Cell._behind`; those loops once timed BEHIND_AFTER times only). Once
 every arm left has SAMPLES counted calls the cell settles on the fastest, and on the
 baseline unless an arm beats it by MARGIN: closer than that is noise, and the reference
-has no overhead. Where NumPy's own loops on the
-native runtime (the numpy backend) are within TIE of the baseline, they win: they cost
-the reference's time at worst (the runtime runs a call whole while splits lose), and
-the runtime's pacing follows a busy core call by call, sooner than a revisit could. A
-comparison that is close (within twice the margin) takes more samples first, up to MOST,
-as does a choice of the baseline where an arm left beat it by the margin in a call: the
-arms on the native runtime can all be 1.3-2.5x slower for a millisecond or more after the
-process slept (a 2-vCPU VM's second vCPU, woken), about as long as a learning.
+has no overhead. Where NumPy's own loops on the native runtime (the numpy backend) are
+within TIE of the baseline, they win: they cost the reference's time at worst (the
+runtime runs a call whole while splits lose), and the runtime's pacing follows a busy
+core call by call, sooner than a revisit could. A comparison that is close (within
+twice the margin) takes more samples first, up to MOST, as does a choice of the baseline
+where an arm left beat it by the margin in a call: the arms on the native runtime can all
+be 1.3-2.5x slower for a millisecond or more after the process slept (a 2-vCPU VM's
+second vCPU, woken), about as long as a learning.
 
 A new cell starts without the arms that lost by NEARBY times in the nearest class learned,
 and without the baseline where it lost there by BASELINE_NEARBY times (then the fastest
@@ -215,7 +215,6 @@ class Cell:
         self.samples = 0
         self.revisits = 0
         self.wins = 0  # learnings in a row the choice has won (one for a stored choice)
-        self.stored = False  # the choice is an earlier run's or a calibration run's
         self.source = "learned here"
         self.when = None
         self._open()
@@ -429,9 +428,14 @@ class Cell:
             # at 910 us, sat out every run's revisits while it took 47 us, 1.5x faster)
             far = [a for a, t in self.medians.items() if a not in (self.baseline, self.choice)
                    and a not in self.own and best and t > NEARBY * best
-                   ] if self.revisits % RETRY_FAR and not self.stored else []
-            self.stored = False
+                   ] if self.revisits % RETRY_FAR and not self.carried else []
             self._open(far)
+
+    @property
+    def carried(self) -> bool:
+        """Whether the choice is an earlier run's or a calibration run's, not learned here
+        yet (its source says so until a learning here settles)."""
+        return self.source != "learned here"
 
     def describe(self) -> dict:
         return {"state": "learning" if self.learning else "settled", "choice": self.choice,
@@ -650,7 +654,6 @@ def _restore(cell) -> bool:
     cell.choice, cell.medians = rec["choice"], dict(rec["medians"])
     cell.samples, cell.when = rec["samples"], rec["when"]
     cell.source, cell.learning, cell.wins = "learned here in an earlier run", False, 1
-    cell.stored = True
     settled[cell.key] = Settled(_chain_of(cell), FIRST_REVISIT)
     _move_floor(cell.key[0])
     _say("starts", cell)
@@ -663,7 +666,7 @@ def _calibrated(cell, first, source) -> bool:
     if source == "defaults" or not _runs(cell, first):
         return False
     cell.choice, cell.learning, cell.source = first, False, f"calibration run ({source})"
-    cell.wins, cell.stored = 1, True
+    cell.wins = 1
     settled[cell.key] = Settled(_chain_of(cell), FIRST_REVISIT)
     _say("starts", cell)
     return True

@@ -170,7 +170,7 @@ def test_a_split_whose_worker_took_few_pieces_counts_as_short_of_threads():
         took.append(mine)
         time.sleep(0.0002 if not slow_pool[0] else 0.00005 if mine else 0.001)
     with _pieces(piece, 2) as call:
-        calls = {True: [], False: []}  # (counted short, the worker's share of pieces)
+        calls = []  # (counted short, the worker's share of pieces)
         for slow, most in ((True, 10), (False, 60)):
             slow_pool[0] = slow
             for _ in range(most):
@@ -179,13 +179,13 @@ def test_a_split_whose_worker_took_few_pieces_counts_as_short_of_threads():
                 call()
                 if _runtime.stats()["wakes"] == wakes:  # (a parked worker woke: its call
                     # counts as begun short of threads, whatever share it then took)
-                    calls[slow].append((_runtime.late() - late, took.count(False) / len(took)))
-                if not slow and sum(share >= 1 / 3 for _, share in calls[False]) >= 8:
+                    calls.append((_runtime.late() - late, took.count(False) / len(took)))
+                if not slow and sum(share >= 1 / 3 for _, share in calls) >= 8:
                     break  # (on a loaded machine the worker often runs beside it late)
     # (the worker's share, not the phase, decides: the caller descheduled for a while
     # lets even the slow worker take its quarter)
-    few = [late for late, share in calls[True] + calls[False] if share < 1 / 4]
-    fair = [late for late, share in calls[True] + calls[False] if share >= 1 / 3]
+    few = [late for late, share in calls if share < 1 / 4]
+    fair = [late for late, share in calls if share >= 1 / 3]
     if len(few) < 5 or len(fair) < 5:
         pytest.skip("the pool's thread seldom ran beside the caller here")
     assert few == [1] * len(few)  # every split short of threads counted once
