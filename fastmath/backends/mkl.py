@@ -11,8 +11,10 @@ Subnormal handling is left as the thread has it (NumPy's default: no flush to ze
 Calls run on fastmath's native runtime (fastmath/dispatch/_runtime.c): VML's entry point,
 by its address, over pieces that the caller and the pool's threads claim, each piece in
 its thread alone (MKL's own threading is off in the pool's threads, and in the caller's for
-the call only), paced as every other splitter is; each piece's output is looked at for an
-inf or a NaN while it is in cache, where NumPy's flags are watched. One pool, not two:
+the call only), paced as every other splitter is; where NumPy's flags are watched, VML's own error
+status of each piece says whether NumPy could have raised one (where that is sound on
+this machine: backends/_vml.py), else each piece's output is looked at for an inf or a
+NaN while it is in cache. One pool, not two:
 MKL's OpenMP threads spin for a while after each of its calls (Intel OpenMP, 200 ms unless
 KMP_BLOCKTIME says otherwise) and would compete with fastmath's and BLAS's for the same
 cores. Without the runtime (no C compiler) the Python pool runs one chunk per thread. The
@@ -66,6 +68,7 @@ _lib = None
 _why = None
 _set_local_threads = None
 _setter = 0  # its address, for the runtime
+_status_setter = 0  # vmlSetErrStatus's address (backends/_vml.py)
 
 
 def library_path():
@@ -94,7 +97,7 @@ def library_path():
 
 def load():
     """The loaded ``libmkl_rt``, or None with the reason kept for ``why_unavailable``."""
-    global _lib, _why, _set_local_threads, _setter
+    global _lib, _why, _set_local_threads, _setter, _status_setter
     if _lib is not None or _why is not None:
         return _lib
     path = library_path()
@@ -120,6 +123,7 @@ def load():
         return None
     setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
     _set_local_threads, _setter, _lib = setter, address(setter), lib
+    _status_setter = address(lib.vmlSetErrStatus) if hasattr(lib, "vmlSetErrStatus") else 0
     return lib
 
 
@@ -198,24 +202,25 @@ class MklBackend:
             return None
         return (_Unary if spec.kind == "unary" else _Binary)(name, spec.fpe,
                                                              PARALLEL_MIN_BYTES / spec.cost,
-                                                             spec.cost)
+                                                             spec.cost, spec.reference)
 
 
 class _Kernel(RuntimeVml):
     __slots__ = ("fns", "scalar", "min_bytes")
 
-    def _on_runtime(self, fns, cost):
-        super()._on_runtime({dt: address(fn) for dt, fn in fns.items()}, MODE, _setter, cost)
+    def _on_runtime(self, fns, cost, reference=None):
+        super()._on_runtime({dt: address(fn) for dt, fn in fns.items()}, MODE, _setter, cost,
+                            status_setter=_status_setter, reference=reference)
 
 
 class _Unary(_Kernel):
     __slots__ = ()
 
-    def __init__(self, name, fpe, min_bytes, cost):
+    def __init__(self, name, fpe, min_bytes, cost, reference=None):
         self.fpe, self.scalar, self.min_bytes = fpe, None, min_bytes
         self.fns = {dt: _function(name, dt, 1) for dt in _PREFIX
                     if name not in FLOAT32_ONLY or dt == np.float32}
-        self._on_runtime(self.fns, cost)
+        self._on_runtime(self.fns, cost, reference)
 
     def __call__(self, x, out):
         fn = self.fns.get(x.dtype)
@@ -237,7 +242,7 @@ class _Binary(_Kernel):
 
     __slots__ = ()
 
-    def __init__(self, name, fpe, min_bytes, cost):
+    def __init__(self, name, fpe, min_bytes, cost, reference=None):
         self.fpe, self.min_bytes = fpe, min_bytes
         self.fns = {dt: _function(name, dt, 2) for dt in _PREFIX}
         self._on_runtime(self.fns, cost)

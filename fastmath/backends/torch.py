@@ -364,17 +364,20 @@ def _on_runtime(fn, spec):
     route = _routes.get(spec.name, False)
     if route is False:
         route = _routes[spec.name] = _route(fn, spec)
-    return None if route is None else _RuntimeUnary(fn, spec.fpe, spec.cost, *route)
+    if route is None:
+        return None
+    return _RuntimeUnary(fn, spec.fpe, spec.cost, *route, reference=spec.reference)
 
 
 _routes: dict = {}  # function name -> _route's answer
 
 
 def _route(fn, spec):
-    """``(addresses, mode, setter, bits)`` of the entry point whose bits ``fn`` gives on
-    the row's sample and its special values, in float32 and float64: torch's VML where
-    it has the row's VML name (in torch's VML mode, with its MKL's thread setter), else
-    SLEEF's vector function of torch's name, widest register first; None for neither."""
+    """``(addresses, mode, setter, bits, status_setter)`` of the entry point whose bits
+    ``fn`` gives on the row's sample and its special values, in float32 and float64:
+    torch's VML where it has the row's VML name (in torch's VML mode, with its MKL's
+    thread setter and vmlSetErrStatus), else SLEEF's vector function of torch's name,
+    widest register first; None for neither."""
     lib = _torch_cpu_library()
     candidates = []
     name = spec.kernels.get("mkl")
@@ -382,18 +385,20 @@ def _route(fn, spec):
         try:
             candidates.append(({dt: address(getattr(lib, f"{p}{name}_64"))
                                 for dt, p in _VML_PREFIX.items()},
-                               VML_MODE, address(lib.MKL_Set_Num_Threads_Local), 0))
+                               VML_MODE, address(lib.MKL_Set_Num_Threads_Local), 0,
+                               address(lib.vmlSetErrStatus)
+                               if hasattr(lib, "vmlSetErrStatus") else 0))
         except AttributeError:  # not linked in, or no library
             pass
     name = spec.kernels["torch"].rpartition(".")[2]
     for bits, lanes, isa in _VECTOR_NAMES:
         try:
             candidates.append(({dt: address(getattr(lib, f"Sleef_{name}{w}_u10{isa}"))
-                                for dt, w in lanes.items()}, 0, 0, bits))
+                                for dt, w in lanes.items()}, 0, 0, bits, 0))
         except AttributeError:
             pass
     for route in candidates:
-        kernel = _RuntimeUnary(fn, spec.fpe, spec.cost, *route)
+        kernel = _RuntimeUnary(fn, spec.fpe, spec.cost, *route, reference=spec.reference)
         if all(_same_as_torch(kernel, fn, spec, dt) for dt in _VML_PREFIX):
             return route
     return None
@@ -473,9 +478,10 @@ class _RuntimeUnary(RuntimeVml):
 
     __slots__ = ("torch_op",)
 
-    def __init__(self, fn, fpe, cost, addresses, mode=0, setter=0, bits=0):
+    def __init__(self, fn, fpe, cost, addresses, mode=0, setter=0, bits=0, status_setter=0,
+                 reference=None):
         self.fpe, self.torch_op = fpe, _Unary(fn, fpe)
-        self._on_runtime(addresses, mode, setter, cost, bits)
+        self._on_runtime(addresses, mode, setter, cost, bits, status_setter, reference)
 
     def __call__(self, x, out):
         if x.dtype in self.addresses and out.dtype == x.dtype and x.shape == out.shape:

@@ -1152,6 +1152,10 @@ static PyObject *py_finite(PyObject *self, PyObject *arg)
 typedef void (*vml1_fn)(int64_t n, const void *a, void *r, int64_t mode);
 typedef void (*vml2_fn)(int64_t n, const void *a, const void *b, void *r, int64_t mode);
 typedef int (*set_local_fn)(int n); /* MKL_Set_Num_Threads_Local: returns the previous */
+/* vmlSetErrStatus: sets this thread's VML status, returns the one it replaces. Its argument
+ * is an MKL_INT, 32 or 64 bits by the library's interface: 0 passed as 64 bits reads as 0
+ * either way. */
+typedef int (*status_fn)(int64_t status);
 
 /* The libraries (their MKL_Set_Num_Threads_Local) whose VML a pool thread has set to run
  * on that thread alone, for good: libmkl_rt's, and torch's own copy of MKL, linked into
@@ -1162,6 +1166,7 @@ static _Thread_local set_local_fn worker_single[SINGLE_MAX];
 typedef struct {
     void *fn;
     set_local_fn set;
+    status_fn status; /* NULL: the output is looked at (see vml_piece) */
     int nin, check, wide;
     int bits; /* 0: VML's entry point; 512 or 256: a vector function (see vector()) */
     int64_t mode;
@@ -1278,11 +1283,20 @@ static void worker_alone(set_local_fn set)
     set(1); /* more libraries than places: set it at every piece */
 }
 
+/* VML's statuses (mkl_vml_defines.h) that an element NumPy raises a flag on gives:
+ * VML_STATUS_ERRDOM, _SING and _OVERFLOW (invalid, divide-by-zero, overflow) */
+#define VML_FLAGGED(st) ((st) >= 1 && (st) <= 3)
+
 /* One piece: VML on it, in this thread alone (MKL's own threads would compete with the
- * pool's for the same cores), then, where the caller asks, a look at the piece's output
- * while it is in cache (CHECK_BLOCK): VML keeps no FP flags, and only an inf or a NaN in the
- * output can show that NumPy would have raised one (backends/_flags.py). A vector
- * function's registers are looked at as they are made. */
+ * pool's for the same cores), then, where the caller asks, what NumPy's flags could be:
+ * VML keeps no FP flags NumPy's follow, and only an inf or a NaN in the output can show
+ * that NumPy would have raised one (backends/_flags.py). With v->status, VML's own status
+ * of the piece answers (this thread's, read and cleared after the piece: no pass over the
+ * output); a status of an error NumPy raises no flag for (underflow: VML keeps only the
+ * last error, so an overflow before it would be hidden) sends the piece to the look. The
+ * status is trusted only where every special value NumPy flags sets it, on this machine,
+ * in a thread of its own (backends/_vml.py). Else the output is looked at while it is in
+ * cache (CHECK_BLOCK). A vector function's registers are looked at as they are made. */
 #define CHECK_BLOCK (16 << 10) /* bytes of output VML makes before they are looked at */
 static void vml_piece(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
@@ -1294,6 +1308,18 @@ static void vml_piece(char **args, intptr_t const *count, intptr_t const *steps,
     if (v->bits) {
         if (vector_piece(v, args, *count, check)) {
             atomic_store_explicit(&v->scan.seen, 1, memory_order_relaxed);
+        }
+        return;
+    }
+    if (check && v->status != NULL && v->nin == 1) {
+        v->status(0); /* (a call that was not looked at leaves its errors in the thread) */
+        ((vml1_fn)v->fn)(*count, args[0], args[1], v->mode);
+        int st = v->status(0);
+        if (VML_FLAGGED(st)) {
+            atomic_store_explicit(&v->scan.seen, 1, memory_order_relaxed);
+        }
+        else if (st != 0) {
+            (v->wide ? scan64 : scan32)(&args[1], count, &steps[1], &v->scan);
         }
         return;
     }
@@ -1387,7 +1413,7 @@ static PyObject *vml_pieces(Vml *v, PyObject *ins, PyObject *oo, int pace,
     job.n = n;
     threads = within(threads);
     job.piece = n / (4 * threads) > 1024 ? n / (4 * threads) : 1024;
-    if (v->check && job.piece > CHECK_PIECE) {
+    if (v->check && v->status == NULL && job.piece > CHECK_PIECE) {
         job.piece = CHECK_PIECE;
     }
     job.timed = 0;
@@ -1397,9 +1423,14 @@ static PyObject *vml_pieces(Vml *v, PyObject *ins, PyObject *oo, int pace,
                      * dropped: the output shows what NumPy would raise */
     set_local_fn set = v->set;
     int before = set != NULL ? set(1) : 0; /* the caller's own setting comes back after */
+    status_fn status = v->check ? v->status : NULL;
+    int kept = status != NULL ? status(0) : 0; /* the caller's own status, back after */
     if (n < min_split || fm_split(paces[pace], &job, threads) == FM_NOT_RUN) {
         intptr_t count = n;
         vml_piece(job.args, &count, job.steps, v);
+    }
+    if (status != NULL) {
+        status(kept);
     }
     if (set != NULL) {
         set(before);
@@ -1414,16 +1445,17 @@ static int pace_ok(int pace)
     return pace >= 0 && pace < atomic_load(&npaces);
 }
 
-/* vml(fn, ins, out, mode, pace, min_split, threads, check, setter=0) -> bool or None */
+/* vml(fn, ins, out, mode, pace, min_split, threads, check, setter=0, status=0) -> bool or
+ * None */
 static PyObject *py_vml(PyObject *self, PyObject *args)
 {
-    unsigned long long fn, setter = 0;
+    unsigned long long fn, setter = 0, status = 0;
     PyObject *ins, *oo;
     long long mode;
     int pace, threads, check;
     Py_ssize_t min_split;
-    if (!PyArg_ParseTuple(args, "KO!OLinip|K", &fn, &PyTuple_Type, &ins, &oo, &mode, &pace,
-                          &min_split, &threads, &check, &setter)) {
+    if (!PyArg_ParseTuple(args, "KO!OLinip|KK", &fn, &PyTuple_Type, &ins, &oo, &mode, &pace,
+                          &min_split, &threads, &check, &setter, &status)) {
         return NULL;
     }
     int nin = (int)PyTuple_GET_SIZE(ins);
@@ -1434,7 +1466,7 @@ static PyObject *py_vml(PyObject *self, PyObject *args)
         return NULL;
     }
     Vml v = {.fn = (void *)(uintptr_t)fn, .set = (set_local_fn)(uintptr_t)setter, .nin = nin,
-             .check = check, .mode = mode};
+             .check = check, .mode = mode, .status = (status_fn)(uintptr_t)status};
     return vml_pieces(&v, ins, oo, pace, min_split, threads);
 }
 
@@ -1475,13 +1507,14 @@ static PyObject *py_vector(PyObject *self, PyObject *args)
 }
 
 /* vml_entry(spec, x, out, check) -> bool or None: vml() or vector() on one operand, its
- * settings in spec = (fn, bits, mode, setter, pace, min_split) (bits 0: a VML entry
- * point), for a caller that makes the same call again and again (frontends/_hot.c). */
+ * settings in spec = (fn, bits, mode, setter, pace, min_split, status) (bits 0: a VML
+ * entry point; status: its library's vmlSetErrStatus, or 0), for a caller that makes the
+ * same call again and again (frontends/_hot.c). */
 static PyObject *py_vml_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 6) {
-        PyErr_SetString(PyExc_TypeError, "vml_entry((fn, bits, mode, setter, pace, min_split), "
-                                         "x, out, check)");
+    if (nargs != 4 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 7) {
+        PyErr_SetString(PyExc_TypeError, "vml_entry((fn, bits, mode, setter, pace, min_split, "
+                                         "status), x, out, check)");
         return NULL;
     }
     PyObject *const *spec = &PyTuple_GET_ITEM(args[0], 0);
@@ -1491,6 +1524,7 @@ static PyObject *py_vml_entry(PyObject *self, PyObject *const *args, Py_ssize_t 
     unsigned long long setter = PyLong_AsUnsignedLongLong(spec[3]);
     long pace = PyLong_AsLong(spec[4]);
     Py_ssize_t min_split = PyLong_AsSsize_t(spec[5]);
+    unsigned long long status = PyLong_AsUnsignedLongLong(spec[6]);
     int check = PyObject_IsTrue(args[3]);
     if (PyErr_Occurred()) {
         return NULL;
@@ -1501,7 +1535,8 @@ static PyObject *py_vml_entry(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Vml v = {.fn = (void *)(uintptr_t)fn, .set = (set_local_fn)(uintptr_t)setter, .nin = 1,
-             .check = check, .mode = mode, .bits = (int)bits};
+             .check = check, .mode = mode, .bits = (int)bits,
+             .status = (status_fn)(uintptr_t)status};
     return one_operand(&v, args[1], args[2], (int)pace, min_split, 0);
 }
 
@@ -1967,13 +2002,15 @@ static PyMethodDef methods[] = {
      "finite(a) -> whether every element of a is finite (no inf, no NaN), or None where a\n"
      "is not a contiguous float32/float64 array; one read, split over the pool when long"},
     {"vml", py_vml, METH_VARARGS,
-     "vml(fn, ins, out, mode, pace, min_split, threads, check, setter=0) -> bool, or None\n"
-     "where it cannot take the call: VML's entry point at address fn (vmdExp_64 and the\n"
-     "like: one or two inputs) over contiguous float32/float64 arrays of one order, in VML\n"
-     "mode `mode`, split over the pool from min_split elements as pacing record `pace` says;\n"
-     "setter, the address of the same library's MKL_Set_Num_Threads_Local, runs each piece\n"
-     "in its thread alone; with check, whether the output holds an inf or a NaN (looked for\n"
-     "piece by piece, while in cache)"},
+     "vml(fn, ins, out, mode, pace, min_split, threads, check, setter=0, status=0) -> bool,\n"
+     "or None where it cannot take the call: VML's entry point at address fn (vmdExp_64 and\n"
+     "the like: one or two inputs) over contiguous float32/float64 arrays of one order, in\n"
+     "VML mode `mode`, split over the pool from min_split elements as pacing record `pace`\n"
+     "says; setter, the address of the same library's MKL_Set_Num_Threads_Local, runs each\n"
+     "piece in its thread alone; with check, whether the output may hold an inf or a NaN\n"
+     "NumPy raises a flag for: looked for piece by piece while in cache, or, with status\n"
+     "(the address of the library's vmlSetErrStatus; one input), VML's own status of each\n"
+     "piece, the look only where it reports an error NumPy raises no flag for"},
     {"vector", py_vector, METH_VARARGS,
      "vector(fn, bits, x, out, pace, min_split, threads, check) -> bool, or None where it\n"
      "cannot take the call (this CPU lacks the instructions, or a layout vml() declines):\n"
@@ -1981,7 +2018,8 @@ static PyMethodDef methods[] = {
      "SLEEF's Sleef_log1pf16_u10avx512f and the like) over x into out, as vml() runs VML's;\n"
      "the tail through one register of zeros"},
     {"vml_entry", (PyCFunction)(void (*)(void))py_vml_entry, METH_FASTCALL,
-     "vml_entry((fn, bits, mode, setter, pace, min_split), x, out, check) -> bool or None:\n"
+     "vml_entry((fn, bits, mode, setter, pace, min_split, status), x, out, check) -> bool\n"
+     "or None:\n"
      "vml() (bits 0) or vector() on one operand, the runtime's thread limit"},
     {"new_pace", py_new_pace, METH_NOARGS, "new_pace() -> a new pacing record's number"},
     {"free_pace", py_free_pace, METH_VARARGS,

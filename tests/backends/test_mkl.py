@@ -239,6 +239,59 @@ def test_fp_errors_are_numpys():
 
 
 @needs_mkl
+def test_vmls_status_stands_in_for_the_look_where_it_is_sound():
+    """A piece's VML status, not a look at its output, says whether NumPy could have
+    raised a flag: an inf or a NaN that came in raises none; an overflow hidden by a later
+    underflow (VML keeps the last error only) still sends the piece to the look; the
+    caller's own status is left as it was."""
+    import ctypes
+
+    from fastmath.backends import _vml, mkl
+    from fastmath.dispatch import _runtime
+
+    k = backends.get("mkl").kernel(BY_NAME["exp"])
+    status = k.status(np.dtype(np.float64))
+    if not status:
+        pytest.skip("this MKL's status is not sound here (backends/_vml.py)")
+    fn, pace = k.addresses[np.dtype(np.float64)], _runtime.new_pace()
+    set_status = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64)(status)
+
+    def seen(x, status=status):  # in one piece (min_split past its size)
+        out = np.empty_like(x)
+        return _runtime.vml(fn, (x,), out, mkl.MODE, pace, x.size + 1, 0, True, mkl._setter,
+                            status)
+    x = np.linspace(-5, 5, 5000)
+    came_in = x.copy()
+    came_in[[10, 4000]] = np.inf, np.nan
+    hidden = x.copy()
+    hidden[[0, -1]] = 1000.0, -1000.0  # overflow, then underflow
+    under = x.copy()
+    under[-1] = -1000.0
+    set_status(4)
+    before = _runtime.set_pacing(False)
+    try:
+        assert seen(came_in) is False and seen(came_in, 0) is True  # (the look sees an inf)
+        assert seen(hidden) is True and seen(under) is False and seen(x) is False
+        assert set_status(0) == 4
+        # a split that was not looked at leaves its errors in each thread's status: the
+        # next split's pieces do not take them for their own
+        long = np.full(1 << 20, 1000.0)
+        for _ in range(5):
+            _runtime.vml(fn, (long,), np.empty_like(long), mkl.MODE, pace, 0, 2, False,
+                         mkl._setter, status)
+            assert _runtime.vml(fn, (long * 0,), np.empty_like(long), mkl.MODE, pace, 0, 2,
+                                True, mkl._setter, status) is False
+    finally:
+        _runtime.set_pacing(before)
+        set_status(0)
+        _runtime.free_pace(pace)
+    # a mode in which VML keeps no status (VML_ERRMODE_NOERR) is not sound
+    assert not _vml.status_sound(fn, mkl.VML_HA | 0x2000, mkl._setter, status, np.exp,
+                                 np.float64)
+    assert _vml.status_sound(fn, mkl.MODE, mkl._setter, status, np.exp, np.float64)
+
+
+@needs_mkl
 def test_fp_flags_are_left_to_the_front_end_only_where_they_can_arise():
     k = backends.get("mkl").kernel(BY_NAME["exp"])
     x = np.linspace(-5, 5, 1000)
