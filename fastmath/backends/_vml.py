@@ -129,7 +129,11 @@ def _each_thread_its_own(set_status) -> bool:
         there.append(set_status(0))
 
     t = threading.Thread(target=other)
-    t.start()
+    try:
+        t.start()
+    except RuntimeError:  # no new thread now (the interpreter is shutting down)
+        set_status(mine)
+        return False
     t.join()
     return set_status(mine) == 3 and there == [0, 2]
 
