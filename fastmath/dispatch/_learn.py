@@ -100,7 +100,12 @@ LEARN_FROM = 4096  # elements: below, a call is too short for any backend to win
 RUN = 2  # a backend's calls in a row, its turn; the first of them is not counted
 STRIKES = 2  # counted calls after which an arm slower than the baseline is dropped
 BEHIND, FAR = 1.5, 3.0  # an arm (the baseline too) this far behind the fastest: dropped
-BEHIND_AFTER = 3  # ... BEHIND once timed this many times, FAR before
+BEHIND_AFTER = 3  # ... BEHIND once timed this many times, FAR before...
+# ... and ONCE_FAR on its one counted call: a kernel's first calls warm up (forced
+# torch-cpu's exp of 10^5 float64 took 174 and 81 us in its second and third calls, 25
+# after; mkl's 107, 168, then 25): dropped at FAR on one call of 311 us, torch-cpu sat
+# out a learning that kept the numpy backend's 42 us against its 27 (Intel Xeon)
+ONCE_FAR = 8.0
 NEARBY = 2.0  # an arm this far behind in the nearest class learned is not tried at first
 RETRY_FAR = 4  # ... and one this far behind the choice, at one revisit in this many only
 BASELINE_NEARBY = 3.0  # the baseline this far behind in the nearest class: not tried at first
@@ -334,7 +339,8 @@ class Cell:
     def _behind(self):
         """Drop every arm, the baseline included, whose every call so far took BEHIND times
         the typical time of the fastest other arm (FAR times, for an arm timed fewer than
-        BEHIND_AFTER times: its first calls may have met a cold cache or a hiccup): no
+        BEHIND_AFTER times, ONCE_FAR for one timed once: its first calls may have met a
+        cold cache, a kernel's warm-up or a hiccup): no
         noise closes such a gap, and each further call of it would cost that much."""
         timed = {a: self.times[a] for a in self.live() if self.times[a]}
         if len(timed) < 2:
@@ -349,7 +355,8 @@ class Cell:
                 # 10^5 float32 elements took 169 us once, 22 us in the calls after)
                 continue
             best = min(m for b, m in typical.items() if b != a)
-            if min(t) > (BEHIND if len(t) >= BEHIND_AFTER else FAR) * best:
+            far = BEHIND if len(t) >= BEHIND_AFTER else FAR if len(t) > 1 else ONCE_FAR
+            if min(t) > far * best:
                 lost.append(a)
         self._lose(lost)
 

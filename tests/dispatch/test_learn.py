@@ -305,6 +305,18 @@ def test_numpys_own_loops_are_not_dropped_on_one_slow_call(learn, monkeypatch):
     assert "numpy" in arms.ran and settled_on(n=n) == "numpy"
 
 
+def test_an_arm_is_not_dropped_on_one_slow_call_while_it_warms_up(learn, monkeypatch):
+    """A kernel's first calls warm up (torch-cpu's exp of 10^5 float64: 174 and 81 us in
+    its second and third calls, 25 after): one counted call of 311 us against the numpy
+    backend's 42 dropped torch-cpu from a learning, which then kept the numpy backend."""
+    monkeypatch.setattr(_learn, "_resume", lambda pace, n: None)
+    arms = Arms(learn, {"reference": 75e-6, "numpy": 42e-6, "torch-cpu": 27e-6})
+    arms.script("torch-cpu", [1300e-6, 311e-6, 27e-6])  # its first call, its first counted
+    arms.mark("numpy", runtime_pace=7, runtime_entry=lambda: ((), 7, 0))
+    run(arms, 80)
+    assert settled_on() == "torch-cpu"
+
+
 def test_an_arm_that_beat_the_reference_once_is_sampled_further(learn, monkeypatch):
     """Its other calls of the learning slow (the second vCPU of a VM slow for a
     millisecond after the process slept): before the reference wins, the arm left that
