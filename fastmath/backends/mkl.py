@@ -11,10 +11,10 @@ Subnormal handling is left as the thread has it (NumPy's default: no flush to ze
 Calls run on fastmath's native runtime (fastmath/dispatch/_runtime.c): VML's entry point,
 by its address, over pieces that the caller and the pool's threads claim, each piece in
 its thread alone (MKL's own threading is off in the pool's threads, and in the caller's for
-the call only), paced as every other splitter is; where NumPy's flags are watched, VML's own error
-status of each piece says whether NumPy could have raised one (where that is sound on
-this machine: backends/_vml.py), else each piece's output is looked at for an inf or a
-NaN while it is in cache. One pool, not two:
+the call only), paced as every other splitter is; where NumPy's flags are watched, VML's
+own error status of each piece says whether NumPy could have raised one (where that is
+sound on this machine: backends/_vml.py), else each piece's output is looked at for an
+inf or a NaN while it is in cache. One pool, not two:
 MKL's OpenMP threads spin for a while after each of its calls (Intel OpenMP, 200 ms unless
 KMP_BLOCKTIME says otherwise) and would compete with fastmath's and BLAS's for the same
 cores. Without the runtime (no C compiler) the Python pool runs one chunk per thread. The
@@ -200,9 +200,10 @@ class MklBackend:
         name = spec.kernels.get("mkl")
         if name is None or spec.kind not in ("unary", "binary") or load() is None:
             return None
-        return (_Unary if spec.kind == "unary" else _Binary)(name, spec.fpe,
-                                                             PARALLEL_MIN_BYTES / spec.cost,
-                                                             spec.cost, spec.reference)
+        min_bytes = PARALLEL_MIN_BYTES / spec.cost
+        if spec.kind == "unary":
+            return _Unary(name, spec.fpe, min_bytes, spec.cost, spec.reference)
+        return _Binary(name, spec.fpe, min_bytes, spec.cost)
 
 
 class _Kernel(RuntimeVml):
@@ -242,7 +243,7 @@ class _Binary(_Kernel):
 
     __slots__ = ()
 
-    def __init__(self, name, fpe, min_bytes, cost, reference=None):
+    def __init__(self, name, fpe, min_bytes, cost):
         self.fpe, self.min_bytes = fpe, min_bytes
         self.fns = {dt: _function(name, dt, 2) for dt in _PREFIX}
         self._on_runtime(self.fns, cost)

@@ -1237,11 +1237,11 @@ typedef struct {
 /* The one loop at each width and float type (VS: the register type's suffix, P: the
  * intrinsics' float suffix, W: the bits of an element) */
 #define LOOP512(NAME, T, U, VS, P, W, M, S)                                                  \
-    VECTOR_LOOP(NAME, "avx512f,prfchw", T, U, __m512##VS, __m512i, _mm512_loadu_##P,              \
+    VECTOR_LOOP(NAME, "avx512f,prfchw", T, U, __m512##VS, __m512i, _mm512_loadu_##P,         \
                 _mm512_storeu_##P, _mm512_cast##P##_si512, _mm512_set1_epi##W,              \
                 _mm512_and_si512, _mm512_add_epi##W, SIGNS512_##W, M, S)
 #define LOOP256(NAME, T, U, VS, P, W, SET1, M, S)                                            \
-    VECTOR_LOOP(NAME, "avx2,fma,prfchw", T, U, __m256##VS, __m256i, _mm256_loadu_##P,             \
+    VECTOR_LOOP(NAME, "avx2,fma,prfchw", T, U, __m256##VS, __m256i, _mm256_loadu_##P,        \
                 _mm256_storeu_##P, _mm256_cast##P##_si256, SET1, _mm256_and_si256,         \
                 _mm256_add_epi##W, SIGNS256_##W, M, S)
 LOOP512(vec512f, float, uint32_t, , ps, 32, M32, S32)
@@ -1320,7 +1320,7 @@ static void vml_piece(char **args, intptr_t const *count, intptr_t const *steps,
         }
         return;
     }
-    if (check && v->status != NULL && v->nin == 1) {
+    if (check && v->status != NULL) {
         v->status(0); /* (a call that was not looked at leaves its errors in the thread) */
         ((vml1_fn)v->fn)(*count, args[0], args[1], v->mode);
         int st = v->status(0);
@@ -1407,6 +1407,9 @@ static PyObject *vml_pieces(Vml *v, PyObject *ins, PyObject *oo, int pace,
         Py_RETURN_NONE;
     }
     v->wide = t == NPY_FLOAT64;
+    if (!v->check || nin != 1) {
+        v->status = NULL; /* VML's status answers for one-input calls whose flags are watched */
+    }
     atomic_init(&v->scan.seen, 0);
     if (n == 0) {
         Py_RETURN_FALSE;
@@ -1422,7 +1425,7 @@ static PyObject *vml_pieces(Vml *v, PyObject *ins, PyObject *oo, int pace,
     job.n = n;
     threads = within(threads);
     job.piece = n / (4 * threads) > 1024 ? n / (4 * threads) : 1024;
-    if (v->check && v->status == NULL && job.piece > CHECK_PIECE) {
+    if (v->check && v->status == NULL && job.piece > CHECK_PIECE) { /* (the look's) */
         job.piece = CHECK_PIECE;
     }
     job.timed = 0;
@@ -1432,7 +1435,7 @@ static PyObject *vml_pieces(Vml *v, PyObject *ins, PyObject *oo, int pace,
                      * dropped: the output shows what NumPy would raise */
     set_local_fn set = v->set;
     int before = set != NULL ? set(1) : 0; /* the caller's own setting comes back after */
-    status_fn status = v->check ? v->status : NULL;
+    status_fn status = v->status;
     int kept = status != NULL ? status(0) : 0; /* the caller's own status, back after */
     if (n < min_split || fm_split(paces[pace], &job, threads) == FM_NOT_RUN) {
         intptr_t count = n;

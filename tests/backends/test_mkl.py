@@ -244,8 +244,6 @@ def test_vmls_status_stands_in_for_the_look_where_it_is_sound():
     raised a flag: an inf or a NaN that came in raises none; an overflow hidden by a later
     underflow (VML keeps the last error only) still sends the piece to the look; the
     caller's own status is left as it was."""
-    import ctypes
-
     from fastmath.backends import _vml, mkl
     from fastmath.dispatch import _runtime
 
@@ -254,7 +252,7 @@ def test_vmls_status_stands_in_for_the_look_where_it_is_sound():
     if not status:
         pytest.skip("this MKL's status is not sound here (backends/_vml.py)")
     fn, pace = k.addresses[np.dtype(np.float64)], _runtime.new_pace()
-    set_status = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64)(status)
+    set_status = _vml._SET_STATUS(status)
 
     def seen(x, status=status):  # in one piece (min_split past its size)
         out = np.empty_like(x)
