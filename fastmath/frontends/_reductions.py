@@ -12,6 +12,7 @@ from __future__ import annotations
 from .._numpy import FLOATS as _FLOATS, dtype_name, np
 
 import operator
+import os
 
 from ..dispatch import _chain, _fpe, _selection
 from . import _dask, _frames, _lse_steps, _pipeline, _ufunc
@@ -59,9 +60,48 @@ def _valid_axes(axis, ndim):
 
 def _allocatable(xa) -> None:
     """NumPy's MemoryError, at once, for a broadcast input SciPy could not hold either
-    (its temporaries have the input's full size)."""
-    if xa.size * xa.itemsize >= 1 << 26 and not xa.flags.owndata:
+    (its temporaries have the input's full size). Where the system overcommits memory
+    (``vm.overcommit_memory=1``) NumPy's allocation of a size no machine here could hold
+    succeeds, SciPy would then be killed writing into it, and the kernels, which never
+    hold it, would run for hours: above this machine's memory and swap (the kernel's own
+    default limit) the answer is NumPy's MemoryError all the same."""
+    nbytes = xa.size * xa.itemsize
+    if nbytes >= 1 << 26 and not xa.flags.owndata:
         np.empty(xa.shape, xa.dtype)
+        if nbytes > _memory_ceiling():
+            raise _ArrayMemoryError(xa.shape, xa.dtype)
+
+
+def _memory_ceiling() -> float:
+    """This machine's memory and swap in bytes (Linux's /proc/meminfo, else sysconf's
+    physical pages); infinite where neither answers."""
+    global _ceiling
+    if _ceiling is None:
+        _ceiling = float("inf")
+        try:
+            with open("/proc/meminfo") as f:
+                kib = {k: int(v.split()[0]) for k, v in
+                       (line.split(":", 1) for line in f if ":" in line)}
+            _ceiling = float((kib["MemTotal"] + kib.get("SwapTotal", 0)) * 1024)
+        except (OSError, KeyError, ValueError, IndexError):
+            try:
+                _ceiling = float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+            except (AttributeError, OSError, ValueError):
+                pass
+    return _ceiling
+
+
+_ceiling = None
+
+
+def _ArrayMemoryError(shape, dtype):
+    """NumPy's own MemoryError for an allocation it cannot make (its message)."""
+    try:
+        from numpy._core._exceptions import _ArrayMemoryError as error
+        return error(tuple(shape), np.dtype(dtype))
+    except (ImportError, TypeError):  # a NumPy that moved it: the same words
+        return MemoryError(f"Unable to allocate an array with shape {tuple(shape)} "
+                           f"and data type {np.dtype(dtype)}")
 
 
 def _subtract_overflows(xa, maxima) -> bool:

@@ -238,6 +238,24 @@ def test_impossible_sizes_are_refused_at_once(kind, backend):
     assert r.stdout.strip() == "MemoryError", r.stderr[-2000:]
 
 
+def test_a_broadcast_beyond_memory_and_swap_is_refused_where_the_system_overcommits(
+        monkeypatch):
+    # Where vm.overcommit_memory=1, NumPy's allocation of SciPy's temporaries succeeds for
+    # any size (SciPy is then killed writing into it) and the kernels, which never hold
+    # them, would run for hours. Here the allocation succeeds (128 MiB) and the machine is
+    # made smaller than it: the answer must be NumPy's MemoryError, with its words.
+    from fastmath.frontends import _reductions
+    assert _reductions._memory_ceiling() >= os.sysconf("SC_PHYS_PAGES") * os.sysconf(
+        "SC_PAGE_SIZE")
+    monkeypatch.setattr(_reductions, "_ceiling", float(1 << 26))
+    a, b = np.ones((1 << 12, 1)), np.ones((1, 1 << 12))
+    with pytest.raises(MemoryError, match=r"Unable to allocate 128\. MiB for an array "
+                                          r"with shape \(4096, 4096\) and data type "
+                                          r"float64"):
+        fastmath.logsumexp(a, b=b)
+    assert (a == 1).all() and (b == 1).all()
+
+
 @pytest.mark.parametrize("spec", SOFTMAX, ids=ids(SOFTMAX))
 def test_softmax_of_a_dask_array(spec):
     da = pytest.importorskip("dask.array")
