@@ -537,6 +537,29 @@ def _lse(t, axes, tb=None):
     return M, m, s
 
 
+_NATIVE: dict = {}  # (spec name, torch dtype) -> (kernel, cast to or None) or NotImplemented
+
+
+def _native_plan(torch, spec, dtype):
+    """The torch kernel for ``spec`` on tensors of ``dtype`` and the dtype it must cast
+    to first (NumPy's result dtype; None when the same), or NotImplemented."""
+    name = spec.kernels.get("torch")
+    if name is None or spec.kind != "unary" or dtype.is_complex:
+        return NotImplemented
+    try:
+        in_dt = np.dtype(str(dtype).replace("torch.", ""))
+        out_dt = spec.reference().resolve_dtypes((in_dt, None))[1]
+    except (TypeError, ValueError):
+        return NotImplemented
+    if out_dt not in _FLOATS:
+        return NotImplemented
+    fn = torch
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    cast = getattr(torch, out_dt.name)
+    return fn, (None if cast == dtype else cast)
+
+
 def native(spec, x):
     """``spec``'s function of an array that lives on a device, computed there.
 
@@ -546,9 +569,6 @@ def native(spec, x):
     dtypes NumPy would not compute in float32/float64, tensors that require grad).
     """
     torch = _import_torch()
-    name = spec.kernels.get("torch")
-    if name is None or spec.kind != "unary":
-        return NotImplemented
     back = None
     if not isinstance(x, torch.Tensor):
         import sys
@@ -557,18 +577,16 @@ def native(spec, x):
         if back is None:
             return NotImplemented
         x = torch.from_dlpack(x)
-    if x.requires_grad or x.is_complex():
+    if x.requires_grad:
         return NotImplemented
-    try:
-        in_dt = np.dtype(str(x.dtype).replace("torch.", ""))
-        out_dt = spec.reference().resolve_dtypes((in_dt, None))[1]
-    except (TypeError, ValueError):
+    key = (spec.name, x.dtype)
+    plan = _NATIVE.get(key)
+    if plan is None:
+        plan = _NATIVE[key] = _native_plan(torch, spec, x.dtype)
+    if plan is NotImplemented:
         return NotImplemented
-    if out_dt not in _FLOATS:
-        return NotImplemented
-    fn = torch
-    for part in name.split("."):
-        fn = getattr(fn, part)
-    with torch.no_grad():  # not inference_mode: the result must stay usable with autograd
-        r = fn(x.to(getattr(torch, out_dt.name)))
+    fn, out_dt = plan
+    # (no no_grad needed: x does not require grad, so neither does the result, and the
+    # result stays usable with autograd)
+    r = fn(x if out_dt is None else x.to(out_dt))
     return r if back is None else back(r)

@@ -33,11 +33,33 @@ def call(spec, xs):
     """``spec``'s function of device-resident operands ``xs``, or NotImplemented."""
     if len(xs) != 1 or not resident(xs[0]):  # one operand only, for now
         return NotImplemented
+    for native in _natives or _find_natives():
+        r = native(spec, xs[0])
+        if r is not NotImplemented:
+            return r
+    return NotImplemented
+
+
+_natives: tuple = ()  # the available backends' ``native`` members, in backends.NAMES order
+
+
+def _find_natives() -> tuple:
+    """The ``native`` members of the backends that are available, looked up once (and
+    again after a backend is registered)."""
+    global _natives
+    found = []
     for name in backends.NAMES:
         b = backends.get(name)
         native = getattr(b, "native", None)
         if native is not None and b.why_unavailable() is None:
-            r = native(spec, xs[0])
-            if r is not NotImplemented:
-                return r
-    return NotImplemented
+            found.append(native)
+    _natives = tuple(found)
+    return _natives
+
+
+def _forget(*_args) -> None:
+    global _natives
+    _natives = ()
+
+
+backends.on_register(_forget)
