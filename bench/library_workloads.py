@@ -1,6 +1,6 @@
 """Library workloads, plain vs fastmath.patch() vs the loop mode.
 
-    python bench/library_workloads.py [--quick] [--rounds N] [--only NAME ...]
+    python bench/library_workloads.py [--quick] [--rounds N] [--only NAME ...] [--ceiling]
 
 Each workload is code fastmath does not own (pandas, xarray, scipy.stats, scikit-learn,
 statsmodels) run three ways in the same process, in interleaved rounds: plain NumPy/SciPy,
@@ -28,6 +28,7 @@ from collections import Counter
 # (OPENBLAS_THREAD_TIMEOUT, docs/backends.md)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fastmath  # noqa: E402
+from fastmath.dispatch import _parallel  # noqa: E402
 from fastmath.integrations import _loopmode  # noqa: E402
 from fastmath.frontends._ufunc import Ufunc  # noqa: E402
 
@@ -173,11 +174,34 @@ def _what_ran(fn, state, mode) -> str:
     return ", ".join(f"{k} x{v}" for k, v in seen.most_common(6)) or "no fastmath function"
 
 
+def _loop_share(fn, state) -> float:
+    """The share of a run of ``fn`` spent in the loops the loop mode installs, every run
+    left whole (median of 3): the part of the workload it can speed up at all."""
+    shares = []
+    with fastmath.patch(mode="loops"):
+        splitting, timing = _loopmode.splitting(False), _loopmode.time_whole(True)
+        try:
+            for _ in range(3):
+                _loopmode.whole_time()
+                t = time.perf_counter()
+                fn(state)
+                wall = time.perf_counter() - t
+                shares.append(min(1.0, _loopmode.whole_time() / wall))
+        finally:
+            _loopmode.time_whole(timing)
+            _loopmode.splitting(splitting)
+    return statistics.median(shares)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller sizes (a minute or so)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     p.add_argument("--only", nargs="*", help="run only workloads whose name contains these")
+    p.add_argument("--ceiling", action="store_true",
+                   help="also the loop mode's ceiling: the share of each workload's time "
+                        "spent in the loops it can split, run whole (3 runs, median), and "
+                        "the speed-up if that share ran on every thread with no overhead")
     args = p.parse_args(argv)
     if not _loopmode.available():
         print(f"loop mode unavailable: {_loopmode.why_unavailable()}")
@@ -212,6 +236,12 @@ def main(argv=None) -> int:
             print(f"  {label:8s} {med * 1e3:8.1f} ms  {ratio:5.2f}x  "
                   f"{_compare(results['plain'], results[label]):16s} "
                   f"ran: {_what_ran(fn, state, mode)}")
+        if args.ceiling and "loops" in MODES:
+            share = _loop_share(fn, state)
+            n = _parallel.threads()
+            print(f"  ceiling           {1 / (1 - share + share / n):5.2f}x  "
+                  f"(NumPy's loops the loop mode takes: {share:.0%} of the run, "
+                  f"{n} threads)")
     print(f"\nload average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
     return 0
 

@@ -113,3 +113,19 @@ class FakeClock:
 # SIGINT ignored (a background job of a non-interactive shell is): the child inherits
 # SIG_IGN, Python then installs no handler of its own, and the interrupt never arrives.
 CTRL_C_RAISES = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
+# logsumexp's tolerance, justified in tests/frontends/test_logsumexp.py's docstring
+LSE_ULPS = 8
+
+
+def lse_close(got, expected, dtype, condition=1.0):
+    """``got`` is SciPy's logsumexp result ``expected`` within LSE_ULPS of the largest
+    term (times the condition number of a sum with weights of both signs)."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    scale = np.maximum(np.abs(np.nan_to_num(expected, posinf=0, neginf=0)), 1.0)
+    tol = LSE_ULPS * np.finfo(dtype).eps * (scale + condition)
+    same_special = (np.isnan(got) & np.isnan(expected)) | (got == expected)
+    with np.errstate(invalid="ignore"):
+        assert (same_special | (np.abs(got - expected) <= tol)).all(), (got, expected)

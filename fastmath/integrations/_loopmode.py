@@ -263,6 +263,34 @@ def paced() -> dict:
     return out
 
 
+def splitting(on: bool) -> bool:
+    """Let the installed loops split their runs (``on``, the default) or run every one
+    whole, as NumPy would, still through the loop mode's trampolines (for
+    :func:`time_whole`); returns the previous setting."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    return _loops.set_enabled(on)
+
+
+def time_whole(on: bool = True) -> bool:
+    """Add up the time of every run the installed loops leave whole from now (``on``) or
+    stop; returns the previous setting. With :func:`splitting` off that is all the time
+    NumPy spends in the loops the loop mode could split: the part of a program it can
+    speed up at all, for a ceiling (bench/library_workloads.py ``--ceiling``). Each timed
+    run takes the long path and two clock reads (some tens of nanoseconds)."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    return _loops.set_timing(on)
+
+
+def whole_time() -> float:
+    """Seconds of the runs timed since :func:`time_whole` was turned on or this was last
+    read (then starts again from 0)."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    return _loops.whole_ns() * 1e-9
+
+
 def pacing(on: bool) -> bool:
     """Let splits back off while they lose (``on``, the default) or split every long run
     whatever it costs (tests that must see the split path); returns the previous setting."""

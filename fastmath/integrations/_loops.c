@@ -67,6 +67,8 @@ static Hot hot[NSLOTS];
 static int nslots = 0;
 static atomic_int enabled = 1;
 static atomic_int counting = 0; /* count calls: every run then takes long_run */
+static atomic_int timing = 0;   /* time the runs left whole: every run then takes long_run */
+static atomic_llong whole_ns = 0; /* their total while timing, in ns */
 
 
 /* What long_run leaves to the trampoline: nothing (the run is done), NumPy's loop run as it
@@ -175,6 +177,12 @@ static inline void run_slot(int i, char **args, npy_intp const *dims, npy_intp c
             long long t0 = rt->wall_ns();
             h->original(args, dims, steps, data);
             rt->kept(slots[i].pace, dims[0], rt->wall_ns() - t0);
+            return;
+        }
+        if (atomic_load_explicit(&timing, memory_order_relaxed)) { /* (min_split is 0) */
+            long long t0 = rt->wall_ns();
+            h->original(args, dims, steps, data);
+            atomic_fetch_add_explicit(&whole_ns, rt->wall_ns() - t0, memory_order_relaxed);
             return;
         }
     }
@@ -894,7 +902,8 @@ static PyObject *py_replace(PyObject *self, PyObject *args)
     }
     atomic_store(&s->min_split, min_split < 1 ? 1 : min_split);
     atomic_store(&s->piece, piece < 64 ? 64 : piece);
-    atomic_store(&hot[i].min_split, atomic_load(&counting) ? 0 : atomic_load(&s->min_split));
+    atomic_store(&hot[i].min_split,
+                 atomic_load(&counting) || atomic_load(&timing) ? 0 : atomic_load(&s->min_split));
     __atomic_store_n(where, trampolines[i], __ATOMIC_RELEASE);
     return PyLong_FromLong(i);
 }
@@ -978,6 +987,14 @@ static PyObject *py_set_enabled(PyObject *self, PyObject *args)
     return PyBool_FromLong(atomic_exchange(&enabled, on));
 }
 
+/* Every run takes long_run (``on``: counted or timed there) or the Slots' own thresholds */
+static void long_path_all(int on)
+{
+    for (int i = 0; i < nslots; i++) { /* under the GIL, as replace() is */
+        atomic_store(&hot[i].min_split, on ? 0 : atomic_load(&slots[i].min_split));
+    }
+}
+
 static PyObject *py_set_counting(PyObject *self, PyObject *args)
 {
     int on;
@@ -985,10 +1002,27 @@ static PyObject *py_set_counting(PyObject *self, PyObject *args)
         return NULL;
     }
     int before = atomic_exchange(&counting, on);
-    for (int i = 0; i < nslots; i++) { /* under the GIL, as replace() is */
-        atomic_store(&hot[i].min_split, on ? 0 : atomic_load(&slots[i].min_split));
-    }
+    long_path_all(on || atomic_load(&timing));
     return PyBool_FromLong(before);
+}
+
+/* set_timing(bool) -> previous: while on, the time of every run the loop mode leaves whole
+ * (all of them while splitting is disabled) is added up; whole_ns() reads it and starts
+ * again from 0. The figure behind a workload's ceiling (bench/library_workloads.py). */
+static PyObject *py_set_timing(PyObject *self, PyObject *args)
+{
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) {
+        return NULL;
+    }
+    int before = atomic_exchange(&timing, on);
+    long_path_all(on || atomic_load(&counting));
+    return PyBool_FromLong(before);
+}
+
+static PyObject *py_whole_ns(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromLongLong(atomic_exchange(&whole_ns, 0));
 }
 
 /* replace_call(ufunc, slot_float32, slot_float64, report) -> entry: calls of ufunc that
@@ -1272,6 +1306,8 @@ static PyMethodDef methods[] = {
     {"restore_call", py_restore_call, METH_VARARGS,
      "restore_call(entry) -> bool: put NumPy's call back"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
+    {"set_timing", py_set_timing, METH_VARARGS, "set_timing(bool) -> previous"},
+    {"whole_ns", py_whole_ns, METH_NOARGS, "whole_ns() -> ns of the runs left whole, reset"},
     {"place", py_place, METH_VARARGS,
      "place(arr, mask, vals) -> 2 (split) or 1 (whole), or None where it leaves the call to\n"
      "NumPy: np.place\n"

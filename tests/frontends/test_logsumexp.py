@@ -4,10 +4,10 @@ Tolerance: the result is M + log(m) + log1p(s/m) with M the maximum, computed by
 implementations from the same terms but summed in a different order (fastmath sums in
 cache-sized blocks). Each term is accurate to about 1 ULP of its own magnitude, and a
 sum of n terms in another order differs by at most about log2(n) ULPs relative to the
-sum, so the two results agree within ``ULPS`` units in the last place of the largest
-term, max(|M|, |result|, 1) -- measured maxima on these tests are 2-4. With weights of
-both signs the sum can cancel, which multiplies any implementation's rounding error by
-the condition number sum|b e^a| / |sum b e^a|; the bound scales with it.
+sum, so the two results agree within ``helpers.LSE_ULPS`` (8) units in the last place of
+the largest term, max(|M|, |result|, 1) -- measured maxima on these tests are 2-4. With
+weights of both signs the sum can cancel, which multiplies any implementation's rounding
+error by the condition number sum|b e^a| / |sum b e^a|; the bound scales with it.
 """
 import warnings
 
@@ -17,19 +17,7 @@ import scipy.special
 
 import fastmath
 
-from helpers import BACKENDS
-
-ULPS = 8
-
-
-def close(got, expected, dtype, condition=1.0):
-    got, expected = np.asarray(got), np.asarray(expected)
-    assert got.shape == expected.shape and got.dtype == expected.dtype
-    scale = np.maximum(np.abs(np.nan_to_num(expected, posinf=0, neginf=0)), 1.0)
-    tol = ULPS * np.finfo(dtype).eps * (scale + condition)
-    same_special = (np.isnan(got) & np.isnan(expected)) | (got == expected)
-    with np.errstate(invalid="ignore"):
-        assert (same_special | (np.abs(got - expected) <= tol)).all(), (got, expected)
+from helpers import BACKENDS, lse_close as close
 
 
 def check(backend, a, **kwargs):

@@ -259,6 +259,42 @@ def test_calls_are_counted_only_while_asked_and_splitting_is_unchanged():
         _loopmode.count_calls(False)
 
 
+def test_runs_left_whole_are_timed_only_while_asked():
+    # The ceiling of bench/library_workloads.py: with splitting off every run is NumPy's,
+    # whole, and (while timing is on) its time is added up; off again, nothing is added and
+    # long runs split as before. Also installed while timing is on: the long path.
+    small, big = RNG.standard_normal(100), RNG.standard_normal(N)
+    key = "exp d->d"
+    with fastmath.patch(mode="loops"):
+        assert _loopmode.splitting(False) is True
+        assert _loopmode.time_whole(True) is False
+        try:
+            _loopmode.whole_time()
+            split = _loopmode.counts()[key][1]
+            _bitwise(numpy.exp(big), numpy.exp(big.copy()))
+            assert _loopmode.counts()[key][1] == split  # splitting off: nothing split
+            spent = _loopmode.whole_time()
+            assert spent > 0
+            assert _loopmode.whole_time() == 0  # read and reset
+            numpy.exp(small)  # a short run, timed too (the long path while timing)
+            assert _loopmode.whole_time() > 0
+        finally:
+            assert _loopmode.time_whole(False) is True
+            assert _loopmode.splitting(True) is False
+        numpy.exp(small)
+        plain = numpy.exp(big)
+        assert _loopmode.whole_time() == 0
+        assert _loopmode.counts()[key][1] == split + 1  # the long run splits again
+    _bitwise(plain, numpy.exp(big))
+    _loopmode.time_whole(True)
+    try:
+        with fastmath.patch(mode="loops"):
+            numpy.exp(small)
+        assert _loopmode.whole_time() > 0
+    finally:
+        _loopmode.time_whole(False)
+
+
 @pytest.mark.slow
 def test_install_and_remove_while_eight_threads_compute():
     # Installing and removing are atomic pointer stores and a loop's original is never
