@@ -274,9 +274,10 @@ def splitting(on: bool) -> bool:
 
 def time_whole(on: bool = True) -> bool:
     """Add up the time of every run the installed loops leave whole from now (``on``) or
-    stop; returns the previous setting. With :func:`splitting` off that is all the time
-    NumPy spends in the loops the loop mode could split: the part of a program it can
-    speed up at all, for a ceiling (bench/library_workloads.py ``--ceiling``). Each timed
+    stop, except a reduction's runs (one output element: the loop mode cannot split
+    them); returns the previous setting. With :func:`splitting` off that is all the time
+    NumPy spends in runs the loop mode could split: the part of a program it can speed up
+    at all, for a ceiling (bench/library_workloads.py ``--ceiling``). Each timed
     run takes the long path and two clock reads (some tens of nanoseconds)."""
     if _loops is None:
         raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")

@@ -179,7 +179,10 @@ static inline void run_slot(int i, char **args, npy_intp const *dims, npy_intp c
             rt->kept(slots[i].pace, dims[0], rt->wall_ns() - t0);
             return;
         }
-        if (atomic_load_explicit(&timing, memory_order_relaxed)) { /* (min_split is 0) */
+        /* (min_split is 0 while timing) a run that could split: one whose pieces are
+         * independent (not a reduction's, whose output is one element) */
+        if (atomic_load_explicit(&timing, memory_order_relaxed)
+                && independent(&slots[i], args, dims[0], steps)) {
             long long t0 = rt->wall_ns();
             h->original(args, dims, steps, data);
             atomic_fetch_add_explicit(&whole_ns, rt->wall_ns() - t0, memory_order_relaxed);
@@ -1007,8 +1010,9 @@ static PyObject *py_set_counting(PyObject *self, PyObject *args)
 }
 
 /* set_timing(bool) -> previous: while on, the time of every run the loop mode leaves whole
- * (all of them while splitting is disabled) is added up; whole_ns() reads it and starts
- * again from 0. The figure behind a workload's ceiling (bench/library_workloads.py). */
+ * (all of them while splitting is disabled) that it could split (not a reduction's) is
+ * added up; whole_ns() reads it and starts again from 0. The figure behind a workload's
+ * ceiling (bench/library_workloads.py). */
 static PyObject *py_set_timing(PyObject *self, PyObject *args)
 {
     int on;

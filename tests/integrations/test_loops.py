@@ -278,6 +278,8 @@ def test_runs_left_whole_are_timed_only_while_asked():
             assert _loopmode.whole_time() == 0  # read and reset
             numpy.exp(small)  # a short run, timed too (the long path while timing)
             assert _loopmode.whole_time() > 0
+            assert numpy.add.reduce(big) == numpy.add.reduce(big.copy())
+            assert _loopmode.whole_time() == 0  # a reduction's runs cannot split: not timed
         finally:
             assert _loopmode.time_whole(False) is True
             assert _loopmode.splitting(True) is False
