@@ -9,7 +9,9 @@ operators (``a * b``, ``x ** 2``), names bound at import, copied namespaces and
 native thread pool, every piece computed by the original loop, so results are NumPy's bit
 for bit; short runs call the original loop directly. A call NumPy cuts into rows (broadcast
 operands, strided views: each run a row long) is entered through the ufunc's own call,
-replaced too, and run by rows on the same pool. ``np.place`` of long contiguous arrays
+replaced too, and run by rows on the same pool. So is a reduction along rows
+(``np.sum(x, axis=1)``, ``x.max(axis=-1)``): ``ufunc.reduce`` is replaced, and each row is
+reduced by NumPy's loop called as NumPy calls it. ``np.place`` of long contiguous arrays
 (scipy.stats' distributions fill their outputs with it) runs by blocks on the same pool:
 NumPy's ``place`` calls the C function its module holds, replaced while the mode is on.
 
@@ -51,6 +53,9 @@ _calls: list = []  # entries of the ufuncs whose calls run by rows (_loops.repla
 # before a stop in another thread still reaches it; and whether ours stands in for it now
 _numpys_place = None
 _place_installed = False
+_reduce_installed: list = []  # whether ufunc.reduce runs _loops.c's reduction along rows
+# reorderable ufuncs whose reductions along rows run row by row, NumPy's loop on each row
+_REDUCING = ("add", "multiply", "maximum", "minimum", "fmax", "fmin")
 _known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
 _why_not: str | None = None
 try:
@@ -189,6 +194,11 @@ def _install(threads) -> None:
     from ..dispatch._fpe import report
     for ufunc, (single, double) in rows.items():
         _calls.append(_loops.replace_call(ufunc, single, double, report))
+        if ufunc.__name__ in _REDUCING and ufunc.nin == 2:
+            _take_reductions(ufunc, _calls[-1])
+    # ufunc.reduce over rows (np.sum(x, axis=1), x.max(axis=-1)): row by row (_loops.c)
+    _reduce_installed.append(_loops.replace_reduce(type(_np.add).__dict__["reduce"],
+                                                   _np._NoValue))
     module = _place_module()
     if module is not None and not _place_installed:
         if _numpys_place is None:
@@ -196,8 +206,63 @@ def _install(threads) -> None:
         module._place, _place_installed = _place, True
 
 
+def _reduce_probes(dtype) -> list:
+    """Rows a reduction's start shows on: random rows of many lengths (an accumulator
+    begun at the identity or at the first element rounds differently), and every pair and
+    triple of special values (signed zeros, infinities, NaNs of both signs, the extremes),
+    where the order and the start decide which zero or which NaN comes out."""
+    rng = _np.random.default_rng(12345)
+    probes = [rng.standard_normal((33, n)).astype(dtype)
+              for n in (2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 64, 100, 129)]
+    info = _np.finfo(dtype)
+    special = _np.array([0.0, -0.0, 1.0, -1.0, _np.inf, -_np.inf, _np.nan, -_np.nan,
+                         info.tiny, info.max, -info.max, info.smallest_subnormal], dtype)
+    k = len(special)
+    probes.append(_np.ascontiguousarray(special[_np.indices((k, k)).reshape(2, -1).T]))
+    probes.append(_np.ascontiguousarray(special[_np.indices((k, k, k)).reshape(3, -1).T]))
+    return probes
+
+
+def _take_reductions(ufunc, entry) -> None:
+    """Tell _loops.c how NumPy starts a row's reduction by ``ufunc`` for float32 and
+    float64: the way (0: its identity, then the whole row; 1: the row's first element,
+    then the rest) whose results are NumPy's bit for bit on every probe, or none (NumPy
+    keeps that reduction)."""
+    ident = ufunc.identity
+    start = float(ident) if isinstance(ident, (int, float)) and not isinstance(
+        ident, bool) else None
+    ways = []
+    for which, dtype in enumerate((_np.float32, _np.float64)):
+        found = -1
+        probes = _reduce_probes(dtype)
+        for way in ((0, 1) if start is not None else (1,)):
+            _loops.set_reduce(entry, -1, -1, 0.0 if start is None else start)
+            try:
+                with _np.errstate(all="ignore"):
+                    same = all(
+                        _loops.reduce_rows(entry, which, way, p, False).tobytes()
+                        == ufunc.reduce(p, axis=-1).tobytes() for p in probes)
+            except (TypeError, ValueError):
+                same = False
+            if same:
+                found = way
+                break
+        ways.append(found)
+    _loops.set_reduce(entry, ways[0], ways[1], 0.0 if start is None else start)
+
+
+def reductions() -> int:
+    """How many reductions along rows the loop mode has run row by row since the process
+    started (NumPy's loop on each row; see ``_take_reductions``)."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    return _loops.reduced()
+
+
 def _restore() -> None:
     global _place_installed
+    if _reduce_installed and _reduce_installed.pop():
+        _loops.restore_reduce()
     while _calls:
         _loops.restore_call(_calls.pop())
     while _slots:

@@ -51,6 +51,7 @@ typedef struct {
     atomic_ulong calls, split_calls, paced_calls;
     fm_pace pace[FM_BUCKETS]; /* the back-off of its splits, by run length (fm_split) */
     fm_pace rows[FM_BUCKETS]; /* the same for whole calls split by rows (rows_call) */
+    fm_pace reduce[FM_BUCKETS]; /* the same for reductions along rows (reduce_call) */
 } Slot;
 
 /* All a short run reads, in one 16-byte cell apart from the Slot: the short path touches
@@ -252,6 +253,11 @@ typedef struct {
      * the two (0, 1) or none (-1), for the type numbers of up to two inputs */
     struct { int t0, t1, which; } chose[8];
     int nchose;
+    /* NumPy's reduction of a row by the loop of float32 (0) and float64 (1): -1, not
+     * taken; 0, the accumulator starts at `identity` and the loop runs over the row; 1, it
+     * starts at the row's first element and the loop runs over the rest (set_reduce) */
+    int reduce_way[2];
+    double identity;
 } Call;
 
 static Call calls[NCALLS];
@@ -1106,6 +1112,7 @@ static PyObject *py_replace_call(PyObject *self, PyObject *args)
         return NULL;
     }
     c->least = NPY_MAX_INTP;
+    c->reduce_way[0] = c->reduce_way[1] = -1; /* until set_reduce says */
     for (int w = 0; w < 2; w++) {
         c->slot[w] = sl[w];
         c->out_type[w] = out_type[w];
@@ -1132,6 +1139,311 @@ static PyObject *py_restore_call(PyObject *self, PyObject *args)
     int ok = __atomic_compare_exchange_n(calls[i].where, &expected, calls[i].original, 0,
                                          __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     return PyBool_FromLong(ok);
+}
+
+/* ---- reductions along rows ------------------------------------------------------- */
+
+/* ufunc.reduce over the last axis of a C-contiguous array of rows (np.sum(x, axis=1),
+ * x.max(axis=-1)): NumPy's iterator calls the loop once a row, as loop(out, row, out) with
+ * steps (0, item, 0), which for rows of 4-8 elements costs several times the loop's work
+ * (200000 x 8 float64, maximum: 11 ms). Here the loop is called the same way, row by row,
+ * from a plain C loop, the rows cut into pieces over the pool: each row is reduced by
+ * NumPy's own loop with NumPy's own arguments, so the result is NumPy's bit for bit. How a
+ * row's accumulator starts (NumPy's identity, or the row's first element) is what NumPy
+ * does for that ufunc and type, found by comparing both with NumPy's results on rows of
+ * special values as the loop mode starts (fastmath/integrations/_loopmode.py), and set
+ * per ufunc (set_reduce); a ufunc or type it found neither for is NumPy's. Taken only for
+ * an exact ndarray of float32 or float64, C-contiguous, aligned, in native byte order, of
+ * two or more dimensions, reduced over its last axis alone (an int, not a tuple), with no
+ * dtype=, out=, initial= or where= (other than their defaults, which np.sum and
+ * ndarray.max pass on), through the loop mode's installed call entry of that ufunc. */
+#ifndef REDUCE_FROM /* (a test build takes every size: -DREDUCE_FROM=2 -DREDUCE_ROWS=1) */
+#define REDUCE_FROM 4096 /* elements: below, NumPy's call */
+#endif
+#ifndef REDUCE_ROWS
+#define REDUCE_ROWS 16   /* rows: fewer, NumPy's call */
+#endif
+
+typedef struct {
+    PyUFuncGenericFunction loop;
+    void *data;
+    char *in, *first;          /* the input's and the output's first element */
+    npy_intp row, item, cols;  /* the input's row step and item size, its row length */
+    int way;
+    double identity;
+} Reduce;
+
+static PyMethodDef *reduce_def = NULL; /* NumPy's ufunc.reduce (its PyMethodDef) */
+typedef PyObject *(*fastkw)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+static fastkw reduce_original = NULL;
+static PyObject *no_value = NULL;      /* np._NoValue: initial= not given */
+static PyObject *reduce_name = NULL;   /* "reduce", for the FP error report */
+static atomic_ulong reduced = 0;       /* reductions taken (for tests and reports) */
+
+static void reduce_rows(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+{
+    const Reduce *r = data;
+    npy_intp first = (args[0] - r->first) / r->item;
+    npy_intp n = r->cols - r->way, st[3] = {0, r->item, 0};
+    for (npy_intp i = first; i < first + *count; i++) {
+        char *out = r->first + i * r->item, *row = r->in + i * r->row;
+        if (r->way) {
+            memcpy(out, row, r->item);
+        }
+        else if (r->item == 8) {
+            *(double *)out = r->identity;
+        }
+        else {
+            *(float *)out = (float)r->identity;
+        }
+        char *a[3] = {out, row + r->way * r->item, out};
+        r->loop(a, &n, st, r->data);
+    }
+}
+
+static int is_name(PyObject *name, const char *s)
+{
+    return PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, s) == 0;
+}
+
+/* The reduction of a by c's loop `which` with NumPy's arguments, or NULL with an error set;
+ * split over the pool where the pacing says so, unless `whole`. */
+static PyObject *reduce_call(Call *c, PyArrayObject *a, int which, int keepdims, int way,
+                             int whole)
+{
+    Slot *s = &slots[c->slot[which]];
+    if (reduce_name == NULL && (reduce_name = PyUnicode_FromString("reduce")) == NULL) {
+        return NULL;
+    }
+    int d = PyArray_NDIM(a);
+    npy_intp shape[NPY_MAXDIMS];
+    memcpy(shape, PyArray_DIMS(a), d * sizeof(npy_intp));
+    npy_intp cols = shape[d - 1];
+    if (keepdims) {
+        shape[d - 1] = 1;
+    }
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(keepdims ? d : d - 1, shape,
+                                                            PyArray_TYPE(a));
+    if (out == NULL) {
+        return NULL;
+    }
+    PyUFuncObject *uf = (PyUFuncObject *)c->ufunc;
+    Reduce r;
+    r.loop = s->original;
+    r.data = uf->data[s->where - uf->functions];
+    r.in = PyArray_BYTES(a);
+    r.first = PyArray_BYTES(out);
+    r.item = PyArray_ITEMSIZE(a);
+    r.cols = cols;
+    r.row = cols * r.item;
+    r.way = way;
+    r.identity = c->identity;
+    npy_intp rows = PyArray_SIZE(out);
+    fm_job job;
+    job.timed = 0;
+    job.loop = reduce_rows;
+    job.data = &r;
+    job.nargs = 1;
+    job.args[0] = r.first;
+    job.steps[0] = r.item;
+    job.n = rows;
+    /* a piece: the loop's piece to split, in rows (at least one) */
+    npy_intp piece = atomic_load_explicit(&s->piece, memory_order_relaxed) / cols;
+    job.piece = piece < 1 ? 1 : piece;
+    int how = FM_NOT_RUN, raised;
+    Py_BEGIN_ALLOW_THREADS
+    feclearexcept(FP_ERRORS);
+    if (!whole) {
+        how = rt->split(s->reduce, &job, 0);
+    }
+    if (how == FM_NOT_RUN) {
+        intptr_t n = rows;
+        reduce_rows(job.args, &n, job.steps, &r);
+    }
+    raised = fetestexcept(FP_ERRORS);
+    feclearexcept(FP_ERRORS);
+    Py_END_ALLOW_THREADS
+    count_how(s, how);
+    if (raised && report != NULL) {
+        PyObject *flags = PyLong_FromLong(numpy_flags(raised));
+        PyObject *done = flags == NULL ? NULL
+                         : PyObject_CallFunctionObjArgs(report, reduce_name, flags, NULL);
+        Py_XDECREF(flags);
+        if (done == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
+    return (PyObject *)out;
+}
+
+/* NumPy's ufunc.reduce(array, axis=0, dtype=None, out=None, keepdims=False, initial=<no
+ * value>, where=True), taken here where reduce_call can make it (see above). */
+static PyObject *fm_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || nargs < 1 || nargs > 7
+            || !PyArray_CheckExact(args[0])) {
+        goto numpy;
+    }
+    PyArrayObject *a = (PyArrayObject *)args[0];
+    int d = PyArray_NDIM(a), t = PyArray_TYPE(a);
+    if (d < 2 || (t != NPY_FLOAT && t != NPY_DOUBLE) || !PyArray_IS_C_CONTIGUOUS(a)
+            || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a)
+            || PyArray_SIZE(a) < REDUCE_FROM || PyArray_DIM(a, d - 1) < 2
+            || PyArray_SIZE(a) / PyArray_DIM(a, d - 1) < REDUCE_ROWS) {
+        goto numpy;
+    }
+    int i = 0;
+    for (; i < ncalls && calls[i].ufunc != self; i++) {
+    }
+    if (i == ncalls) {
+        goto numpy;
+    }
+    Call *c = &calls[i];
+    int which = t == NPY_DOUBLE;
+    if (c->slot[which] < 0 || c->reduce_way[which] < 0
+            || __atomic_load_n(c->where, __ATOMIC_ACQUIRE) != vectorcalls[i]) {
+        goto numpy; /* not taken, or the loop mode's call entry is not installed now */
+    }
+    /* the arguments by position: array, axis, dtype, out, keepdims, initial, where */
+    PyObject *given[7] = {NULL};
+    for (Py_ssize_t k = 0; k < nargs; k++) {
+        given[k] = args[k];
+    }
+    static const char *const names[7] = {"array", "axis", "dtype", "out", "keepdims",
+                                         "initial", "where"};
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        int at = 1;
+        for (; at < 7 && !is_name(name, names[at]); at++) {
+        }
+        if (at == 7 || given[at] != NULL) {
+            goto numpy; /* NumPy's error, or an argument it names otherwise */
+        }
+        given[at] = args[nargs + k];
+    }
+    PyObject *axis = given[1];
+    if (axis == NULL || !PyLong_CheckExact(axis)) {
+        goto numpy; /* axis 0 by default; None, a tuple, a bool or an index type: NumPy's */
+    }
+    long ax = PyLong_AsLong(axis);
+    if (ax == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto numpy;
+    }
+    if (ax != -1 && ax != d - 1) {
+        goto numpy;
+    }
+    if ((given[2] != NULL && given[2] != Py_None) || (given[3] != NULL && given[3] != Py_None)
+            || (given[4] != NULL && given[4] != Py_True && given[4] != Py_False)
+            || (given[5] != NULL && given[5] != no_value)
+            || (given[6] != NULL && given[6] != Py_True)) {
+        goto numpy;
+    }
+    atomic_fetch_add_explicit(&reduced, 1, memory_order_relaxed);
+    return reduce_call(c, a, which, given[4] == Py_True, c->reduce_way[which], 0);
+numpy:
+    return reduce_original(self, args, nargs, kwnames);
+}
+
+/* replace_reduce(descr, no_value) -> bool: ufunc.reduce (the method descriptor of
+ * np.ufunc's "reduce") runs fm_reduce, which takes what it can and calls NumPy's for the
+ * rest; False where the descriptor is not one fastmath knows how to take. A single store
+ * of the method's C function, as replace() stores a loop: a call reads the old or the
+ * new, both valid. */
+static PyObject *py_replace_reduce(PyObject *self, PyObject *args)
+{
+    PyObject *descr, *nv;
+    if (!PyArg_ParseTuple(args, "OO", &descr, &nv)) {
+        return NULL;
+    }
+    if (Py_TYPE(descr) != &PyMethodDescr_Type) {
+        Py_RETURN_FALSE;
+    }
+    PyMethodDef *def = ((PyMethodDescrObject *)descr)->d_method;
+    if (def->ml_flags != (METH_FASTCALL | METH_KEYWORDS)) {
+        Py_RETURN_FALSE;
+    }
+    if (reduce_def == NULL) {
+        reduce_def = def;
+        reduce_original = (fastkw)(void (*)(void))def->ml_meth;
+        no_value = Py_NewRef(nv);
+    }
+    else if (def != reduce_def) {
+        Py_RETURN_FALSE;
+    }
+    __atomic_store_n(&reduce_def->ml_meth, (PyCFunction)(void (*)(void))fm_reduce,
+                     __ATOMIC_RELEASE);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *py_restore_reduce(PyObject *self, PyObject *noargs)
+{
+    if (reduce_def != NULL) {
+        __atomic_store_n(&reduce_def->ml_meth,
+                         (PyCFunction)(void (*)(void))reduce_original, __ATOMIC_RELEASE);
+    }
+    Py_RETURN_NONE;
+}
+
+/* set_reduce(entry, way32, way64, identity): how NumPy starts a row's accumulator for the
+ * call entry's ufunc, by its float32 and float64 loops (-1: not taken) */
+static PyObject *py_set_reduce(PyObject *self, PyObject *args)
+{
+    int i, w[2];
+    double identity;
+    if (!PyArg_ParseTuple(args, "iiid", &i, &w[0], &w[1], &identity)) {
+        return NULL;
+    }
+    if (i < 0 || i >= ncalls || w[0] < -1 || w[0] > 1 || w[1] < -1 || w[1] > 1) {
+        PyErr_SetString(PyExc_ValueError, "no such call entry, or a way not -1, 0 or 1");
+        return NULL;
+    }
+    PyUFuncObject *uf = (PyUFuncObject *)calls[i].ufunc;
+    if ((w[0] >= 0 || w[1] >= 0) && (uf->nin != 2 || uf->nout != 1)) {
+        PyErr_SetString(PyExc_ValueError, "only a binary ufunc of one output reduces");
+        return NULL;
+    }
+    calls[i].identity = identity;
+    for (int k = 0; k < 2; k++) {
+        calls[i].reduce_way[k] = calls[i].slot[k] >= 0 ? w[k] : -1;
+    }
+    Py_RETURN_NONE;
+}
+
+/* reduce_rows(entry, which, way, array, keepdims) -> what reduce_call makes of array, run
+ * whole, in that way: for the loop mode's check of how NumPy starts a row */
+static PyObject *py_reduce_rows(PyObject *self, PyObject *args)
+{
+    int i, which, way, keepdims;
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "iiiOp", &i, &which, &way, &obj, &keepdims)) {
+        return NULL;
+    }
+    if (i < 0 || i >= ncalls || which < 0 || which > 1 || calls[i].slot[which] < 0
+            || way < 0 || way > 1 || ((PyUFuncObject *)calls[i].ufunc)->nin != 2) {
+        PyErr_SetString(PyExc_ValueError, "no such reducing loop, or a way not 0 or 1");
+        return NULL;
+    }
+    if (!PyArray_CheckExact(obj) || PyArray_NDIM((PyArrayObject *)obj) < 2
+            || PyArray_TYPE((PyArrayObject *)obj) != (which ? NPY_DOUBLE : NPY_FLOAT)
+            || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)obj)
+            || !PyArray_ISALIGNED((PyArrayObject *)obj)
+            || PyArray_DIM((PyArrayObject *)obj, PyArray_NDIM((PyArrayObject *)obj) - 1)
+               < 1 + way) {
+        PyErr_SetString(PyExc_ValueError, "a C-contiguous array of the loop's type, of two "
+                        "or more dimensions and rows long enough");
+        return NULL;
+    }
+    return reduce_call(&calls[i], (PyArrayObject *)obj, which, keepdims, way, 1);
+}
+
+static PyObject *py_reduced(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromUnsignedLong(atomic_load(&reduced));
 }
 
 /* ---- np.place ------------------------------------------------------------------- */
@@ -1311,6 +1623,14 @@ static PyMethodDef methods[] = {
      "restore_call(entry) -> bool: put NumPy's call back"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},
     {"set_timing", py_set_timing, METH_VARARGS, "set_timing(bool) -> previous"},
+    {"replace_reduce", py_replace_reduce, METH_VARARGS,
+     "replace_reduce(descr, no_value) -> bool: ufunc.reduce along rows (see _loops.c)"},
+    {"restore_reduce", py_restore_reduce, METH_NOARGS, "restore_reduce(): NumPy's again"},
+    {"set_reduce", py_set_reduce, METH_VARARGS,
+     "set_reduce(entry, way32, way64, identity): how NumPy starts a row (-1: not taken)"},
+    {"reduce_rows", py_reduce_rows, METH_VARARGS,
+     "reduce_rows(entry, which, way, array, keepdims) -> the rows reduced that way, whole"},
+    {"reduced", py_reduced, METH_NOARGS, "reduced() -> reductions taken along rows"},
     {"whole_ns", py_whole_ns, METH_NOARGS, "whole_ns() -> ns of the runs left whole, reset"},
     {"place", py_place, METH_VARARGS,
      "place(arr, mask, vals) -> 2 (split) or 1 (whole), or None where it leaves the call to\n"

@@ -6,10 +6,12 @@ counters say so), np.errstate must see the flags raised in worker threads, and r
 must give back the very same loop pointers NumPy had.
 """
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 import numpy
 
 import pytest
@@ -295,6 +297,142 @@ def test_runs_left_whole_are_timed_only_while_asked():
         assert _loopmode.whole_time() > 0
     finally:
         _loopmode.time_whole(False)
+
+
+# --- reductions along rows ---------------------------------------------------------------
+
+REDUCING = ["add", "multiply", "maximum", "minimum", "fmax", "fmin"]
+
+
+def _rows(dtype, shape, special):
+    """Random rows, or rows drawn from special values (signed zeros, infinities, NaNs of
+    both signs and payloads, the extremes, subnormals) among ordinary ones."""
+    x = RNG.standard_normal(shape)
+    if special:
+        info = numpy.finfo(dtype)
+        values = numpy.array([0.0, -0.0, numpy.inf, -numpy.inf, numpy.nan, -numpy.nan,
+                              info.max, -info.max, info.tiny, info.smallest_subnormal, 1.0])
+        pick = RNG.random(shape) < 0.3
+        x[pick] = RNG.choice(values, pick.sum())
+    x = x.astype(dtype)
+    if special:  # a NaN with its own payload
+        x.reshape(-1).view(f"u{x.itemsize}")[7] |= 0x5 if dtype == "float64" else 0x3
+        x.reshape(-1)[7] = numpy.copysign(x.reshape(-1)[7], -1.0)
+    return x
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["plain", "special"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", REDUCING)
+def test_reductions_along_rows_are_numpys_bit_for_bit(name, dtype, special):
+    # NumPy's own loop on each row, called as NumPy calls it, the rows over the pool
+    ufunc = getattr(numpy, name)
+    for shape in [(20000, 8), (5000, 4), (3000, 3), (2500, 2), (700, 33), (40, 1000),
+                  (50, 40, 7), (16, 300), (17, 8193)]:
+        x = _rows(dtype, shape, special)
+        before = x.copy()
+        forms = [lambda: ufunc.reduce(x, axis=-1), lambda: ufunc.reduce(x, x.ndim - 1),
+                 lambda: ufunc.reduce(x, axis=-1, keepdims=True),
+                 lambda: ufunc.reduce(x, -1, None, None, False)]
+        for form in forms:
+            taken = _loopmode.reductions()
+            with numpy.errstate(all="ignore"):
+                plain, patched = _both(form)
+            _bitwise(plain, patched)
+            assert _loopmode.reductions() == taken + 1, shape
+        _bitwise(x, before)
+
+
+def test_numpys_reducing_functions_and_methods_take_the_rows():
+    x = _rows("float64", (30000, 6), False)
+    calls = [lambda: numpy.sum(x, axis=1), lambda: x.sum(axis=-1), lambda: x.max(axis=1),
+             lambda: numpy.max(x, axis=1, keepdims=True), lambda: numpy.amin(x, axis=-1),
+             lambda: x.prod(axis=1), lambda: numpy.prod(x, -1), lambda: x.min(1)]
+    for call in calls:
+        taken = _loopmode.reductions()
+        plain, patched = _both(call)
+        _bitwise(plain, patched)
+        assert _loopmode.reductions() == taken + 1
+
+
+def test_other_reductions_are_left_to_numpy():
+    x = _rows("float64", (30000, 6), False)
+    out = numpy.empty(30000)
+    cases = [lambda: numpy.add.reduce(x, axis=0), lambda: numpy.add.reduce(x, axis=None),
+             lambda: numpy.add.reduce(x, axis=(1,)),
+             lambda: numpy.add.reduce(x, axis=1, dtype=numpy.float32),
+             lambda: numpy.add.reduce(x, axis=1, out=out).copy(),
+             lambda: numpy.add.reduce(x, axis=1, initial=1.0),
+             lambda: numpy.add.reduce(x, axis=1, where=x > 0),
+             lambda: numpy.add.reduce(x[:, ::2], axis=1),
+             lambda: numpy.add.reduce(numpy.asfortranarray(x), axis=1),
+             lambda: numpy.add.reduce(x[:10], axis=1),  # too small
+             lambda: numpy.add.reduce(x.astype(numpy.int64), axis=1),
+             lambda: numpy.add.reduce(x.reshape(-1), axis=0),
+             lambda: numpy.add.reduce(x.view(numpy.matrix), axis=1),
+             lambda: numpy.subtract.reduce(x, axis=1),
+             lambda: numpy.logaddexp.reduce(x, axis=1)]
+    for case in cases:
+        taken = _loopmode.reductions()
+        plain, patched = _both(case)
+        _bitwise(plain, patched)
+        assert type(plain) is type(patched)
+        assert _loopmode.reductions() == taken
+    with fastmath.patch(mode="loops"):
+        for bad in (lambda: numpy.add.reduce(x, axis=2), lambda: numpy.add.reduce(x, bogus=1),
+                    lambda: numpy.add.reduce(x, 1, axis=1), lambda: numpy.add.reduce(x, True),
+                    lambda: numpy.add.reduce(x, 1, None, None, False, 0.0, True, 1)):
+            with pytest.raises(Exception) as got:
+                bad()
+            with pytest.raises(type(got.value), match=re.escape(str(got.value))):
+                fastmath.patch.stop("loops")
+                try:
+                    bad()
+                finally:
+                    fastmath.patch.start("loops")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_reduction_along_rows_reports_fp_errors_as_numpy_does(dtype):
+    big = numpy.finfo(dtype).max
+    x = numpy.full((20000, 4), big, dtype)
+    x[5] = [numpy.inf, -numpy.inf, 1, 2]
+    for mode in ("warn", "raise"):
+        seen = []
+        for patched in (False, True):
+            if patched:
+                fastmath.patch.start("loops")
+            try:
+                taken = _loopmode.reductions()
+                with numpy.errstate(all=mode), warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    try:
+                        r = numpy.add.reduce(x, axis=1)
+                    except FloatingPointError as e:
+                        r = str(e)
+                seen.append((r if isinstance(r, str) else r.tobytes(),
+                             [str(m.message) for m in w]))
+                assert _loopmode.reductions() == taken + patched
+            finally:
+                if patched:
+                    fastmath.patch.stop("loops")
+        assert seen[0] == seen[1]
+        assert "overflow encountered in reduce" in str(seen[0])
+
+
+def test_reductions_go_back_to_numpy_when_the_loop_mode_stops():
+    x = _rows("float64", (30000, 6), False)
+    with fastmath.patch(mode="loops"):
+        taken = _loopmode.reductions()
+        x.sum(axis=1)
+        assert _loopmode.reductions() == taken + 1
+        with fastmath.patch(mode="loops"):  # nested: still installed after the inner exit
+            pass
+        x.sum(axis=1)
+        assert _loopmode.reductions() == taken + 2
+    x.sum(axis=1)
+    numpy.add.reduce(x, axis=1)
+    assert _loopmode.reductions() == taken + 2
 
 
 @pytest.mark.slow
