@@ -200,8 +200,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", help="run only workloads whose name contains these")
     p.add_argument("--ceiling", action="store_true",
                    help="also the loop mode's ceiling: the share of each workload's time "
-                        "spent in the loops it can split, run whole (3 runs, median), and "
-                        "the speed-up if that share ran on every thread with no overhead")
+                        "spent in the ufunc loops it can split, run whole (3 runs, median), "
+                        "and the speed-up if that share ran on every thread with no "
+                        "overhead (its reductions along rows and np.place are outside it)")
     args = p.parse_args(argv)
     if not _loopmode.available():
         print(f"loop mode unavailable: {_loopmode.why_unavailable()}")
