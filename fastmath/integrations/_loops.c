@@ -454,6 +454,52 @@ static int numpy_flags(int raised)
            | (raised & FE_UNDERFLOW ? 4 : 0) | (raised & FE_INVALID ? 8 : 0);
 }
 
+/* Run loop(data) over the n items of out (each `unit` bytes; pieces of `piece` items),
+ * split over the pool where `split` and the back-off of `paces` say so, else whole in this
+ * thread, with the GIL released; then act on the FP flags it raised as NumPy's own check
+ * would, under `name` (the ufunc's, or "reduce"). Returns out, or NULL (out released)
+ * where that raised. */
+static PyObject *run_job(Slot *s, fm_pace *paces, fm_loop loop, void *data, npy_intp unit,
+                         npy_intp n, npy_intp piece, int split, PyObject *name,
+                         PyArrayObject *out)
+{
+    fm_job job;
+    job.timed = 0;
+    job.loop = loop;
+    job.data = data;
+    job.nargs = 1;
+    job.args[0] = PyArray_BYTES(out);
+    job.steps[0] = unit;
+    job.n = n;
+    job.piece = piece;
+    int how = FM_NOT_RUN, raised;
+    Py_BEGIN_ALLOW_THREADS
+    feclearexcept(FP_ERRORS);
+    if (split) {
+        how = rt->split(paces, &job, 0);
+    }
+    if (how == FM_NOT_RUN) {
+        intptr_t all = n;
+        loop(job.args, &all, job.steps, data);
+    }
+    raised = fetestexcept(FP_ERRORS);
+    feclearexcept(FP_ERRORS);
+    Py_END_ALLOW_THREADS
+    count_how(s, how);
+    if (raised && report != NULL) {
+        PyObject *flags = PyLong_FromLong(numpy_flags(raised));
+        PyObject *done = flags == NULL ? NULL
+                         : PyObject_CallFunctionObjArgs(report, name, flags, NULL);
+        Py_XDECREF(flags);
+        if (done == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
+    return (PyObject *)out;
+}
+
 /* Which of c's loops NumPy runs for the inputs ops: 0 (float32's), 1 (float64's), or -1
  * (another loop, none, or an error). Inputs of one float type run its loop; for others
  * NumPy's own resolution (ufunc.resolve_dtypes, which the call makes too) is asked once
@@ -701,45 +747,14 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         r.col[k] = col[k];
         r.conv[k] = k < nin ? conv[k] : NULL;
     }
-    fm_job job;
-    job.timed = 0;
-    job.loop = rows_loop;
-    job.data = &r;
-    job.nargs = 1;
-    job.args[0] = r.first;
-    job.steps[0] = osize;
-    job.n = total;
-    job.piece = atomic_load_explicit(&s->piece, memory_order_relaxed);
+    npy_intp piece = atomic_load_explicit(&s->piece, memory_order_relaxed);
     /* the runtime caps a piece's bytes by its steps, here the output's (bool's 1 byte):
      * the cap by the widest operand, 8 bytes */
-    if (job.piece > FM_PIECE_BYTES / 8) {
-        job.piece = FM_PIECE_BYTES / 8;
+    if (piece > FM_PIECE_BYTES / 8) {
+        piece = FM_PIECE_BYTES / 8;
     }
     count_call(s);
-    int how, raised;
-    Py_BEGIN_ALLOW_THREADS
-    feclearexcept(FP_ERRORS);
-    how = rt->split(s->rows, &job, 0);
-    if (how == FM_NOT_RUN) {
-        intptr_t n = total;
-        rows_loop(job.args, &n, job.steps, &r);
-    }
-    raised = fetestexcept(FP_ERRORS);
-    feclearexcept(FP_ERRORS);
-    Py_END_ALLOW_THREADS
-    count_how(s, how);
-    if (raised && report != NULL) {
-        PyObject *flags = PyLong_FromLong(numpy_flags(raised));
-        PyObject *done = flags == NULL ? NULL
-                         : PyObject_CallFunctionObjArgs(report, c->name, flags, NULL);
-        Py_XDECREF(flags);
-        if (done == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_DECREF(done);
-    }
-    return (PyObject *)out;
+    return run_job(s, s->rows, rows_loop, &r, osize, total, piece, 1, c->name, out);
 numpy:
     return c->original(callable, args, nargsf, kwnames);
 }
@@ -996,23 +1011,25 @@ static PyObject *py_set_enabled(PyObject *self, PyObject *args)
     return PyBool_FromLong(atomic_exchange(&enabled, on));
 }
 
-/* Every run takes long_run (``on``: counted or timed there) or the Slots' own thresholds */
-static void long_path_all(int on)
-{
-    for (int i = 0; i < nslots; i++) { /* under the GIL, as replace() is */
-        atomic_store(&hot[i].min_split, on ? 0 : atomic_load(&slots[i].min_split));
-    }
-}
-
-static PyObject *py_set_counting(PyObject *self, PyObject *args)
+/* Set a flag that sends every run to long_run while it is on (counting, timing): under
+ * the GIL, as replace() is; returns the previous setting. */
+static PyObject *set_long_path(PyObject *args, atomic_int *flag)
 {
     int on;
     if (!PyArg_ParseTuple(args, "p", &on)) {
         return NULL;
     }
-    int before = atomic_exchange(&counting, on);
-    long_path_all(on || atomic_load(&timing));
+    int before = atomic_exchange(flag, on);
+    on = atomic_load(&counting) || atomic_load(&timing);
+    for (int i = 0; i < nslots; i++) {
+        atomic_store(&hot[i].min_split, on ? 0 : atomic_load(&slots[i].min_split));
+    }
     return PyBool_FromLong(before);
+}
+
+static PyObject *py_set_counting(PyObject *self, PyObject *args)
+{
+    return set_long_path(args, &counting);
 }
 
 /* set_timing(bool) -> previous: while on, the time of every run the loop mode leaves whole
@@ -1021,13 +1038,7 @@ static PyObject *py_set_counting(PyObject *self, PyObject *args)
  * ceiling (bench/library_workloads.py). */
 static PyObject *py_set_timing(PyObject *self, PyObject *args)
 {
-    int on;
-    if (!PyArg_ParseTuple(args, "p", &on)) {
-        return NULL;
-    }
-    int before = atomic_exchange(&timing, on);
-    long_path_all(on || atomic_load(&counting));
-    return PyBool_FromLong(before);
+    return set_long_path(args, &timing);
 }
 
 static PyObject *py_whole_ns(PyObject *self, PyObject *noargs)
@@ -1238,44 +1249,10 @@ static PyObject *reduce_call(Call *c, PyArrayObject *a, int which, int keepdims,
     r.row = cols * r.item;
     r.way = way;
     r.identity = c->identity;
-    npy_intp rows = PyArray_SIZE(out);
-    fm_job job;
-    job.timed = 0;
-    job.loop = reduce_rows;
-    job.data = &r;
-    job.nargs = 1;
-    job.args[0] = r.first;
-    job.steps[0] = r.item;
-    job.n = rows;
     /* a piece: the loop's piece to split, in rows (at least one) */
     npy_intp piece = atomic_load_explicit(&s->piece, memory_order_relaxed) / cols;
-    job.piece = piece < 1 ? 1 : piece;
-    int how = FM_NOT_RUN, raised;
-    Py_BEGIN_ALLOW_THREADS
-    feclearexcept(FP_ERRORS);
-    if (!whole) {
-        how = rt->split(s->reduce, &job, 0);
-    }
-    if (how == FM_NOT_RUN) {
-        intptr_t n = rows;
-        reduce_rows(job.args, &n, job.steps, &r);
-    }
-    raised = fetestexcept(FP_ERRORS);
-    feclearexcept(FP_ERRORS);
-    Py_END_ALLOW_THREADS
-    count_how(s, how);
-    if (raised && report != NULL) {
-        PyObject *flags = PyLong_FromLong(numpy_flags(raised));
-        PyObject *done = flags == NULL ? NULL
-                         : PyObject_CallFunctionObjArgs(report, reduce_name, flags, NULL);
-        Py_XDECREF(flags);
-        if (done == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_DECREF(done);
-    }
-    return (PyObject *)out;
+    return run_job(s, s->reduce, reduce_rows, &r, r.item, PyArray_SIZE(out),
+                   piece < 1 ? 1 : piece, !whole, reduce_name, out);
 }
 
 /* NumPy's ufunc.reduce(array, axis=0, dtype=None, out=None, keepdims=False, initial=<no
