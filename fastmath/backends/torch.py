@@ -20,6 +20,7 @@ on (exp of 10^5 float32: 160 us against torch's own 73).
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import sys
 import threading
@@ -208,9 +209,7 @@ class TorchBackend:
         name = spec.kernels.get("torch")
         if name is None or self.why_unavailable() is not None:
             return None
-        fn = _torch
-        for part in name.split("."):
-            fn = getattr(fn, part)
+        fn = _kernel_fn(_torch, name)
         if self.streamed:
             # the pipeline streams one input; two-input kinds stay on the CPU for now
             if spec.kind in ("unary", "elementwise", "logsumexp"):
@@ -537,6 +536,11 @@ def _lse(t, axes, tb=None):
     return M, m, s
 
 
+def _kernel_fn(torch, name):
+    """torch's function named by a registry row (``"exp"``, ``"special.erf"``)."""
+    return operator.attrgetter(name)(torch)
+
+
 _NATIVE: dict = {}  # (spec name, torch dtype) -> (kernel, cast to or None) or NotImplemented
 
 
@@ -553,11 +557,8 @@ def _native_plan(torch, spec, dtype):
         return NotImplemented
     if out_dt not in _FLOATS:
         return NotImplemented
-    fn = torch
-    for part in name.split("."):
-        fn = getattr(fn, part)
     cast = getattr(torch, out_dt.name)
-    return fn, (None if cast == dtype else cast)
+    return _kernel_fn(torch, name), (None if cast == dtype else cast)
 
 
 def native(spec, x):

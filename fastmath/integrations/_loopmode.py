@@ -192,10 +192,11 @@ def _install(threads) -> None:
             pair[at] = slot if pair[at] < 0 else pair[at]
     # calls NumPy would cut into rows (broadcast, strided views): run by rows (_loops.c)
     from ..dispatch._fpe import report
+    probes = {}  # dtype -> the rows _take_reductions compares on, made once
     for ufunc, (single, double) in rows.items():
         _calls.append(_loops.replace_call(ufunc, single, double, report))
         if ufunc.__name__ in _REDUCING and ufunc.nin == 2:
-            _take_reductions(ufunc, _calls[-1])
+            _take_reductions(ufunc, _calls[-1], probes)
     # ufunc.reduce over rows (np.sum(x, axis=1), x.max(axis=-1)): row by row (_loops.c)
     _reduce_installed.append(_loops.replace_reduce(type(_np.add).__dict__["reduce"],
                                                    _np._NoValue))
@@ -223,25 +224,26 @@ def _reduce_probes(dtype) -> list:
     return probes
 
 
-def _take_reductions(ufunc, entry) -> None:
+def _take_reductions(ufunc, entry, probes) -> None:
     """Tell _loops.c how NumPy starts a row's reduction by ``ufunc`` for float32 and
     float64: the way (0: its identity, then the whole row; 1: the row's first element,
     then the rest) whose results are NumPy's bit for bit on every probe, or none (NumPy
-    keeps that reduction)."""
+    keeps that reduction). ``probes``: dtype -> its probe rows, filled on first use."""
     ident = ufunc.identity
     start = float(ident) if isinstance(ident, (int, float)) and not isinstance(
         ident, bool) else None
+    _loops.set_reduce(entry, -1, -1, 0.0 if start is None else start)  # (the identity)
     ways = []
     for which, dtype in enumerate((_np.float32, _np.float64)):
         found = -1
-        probes = _reduce_probes(dtype)
+        if dtype not in probes:
+            probes[dtype] = _reduce_probes(dtype)
         for way in ((0, 1) if start is not None else (1,)):
-            _loops.set_reduce(entry, -1, -1, 0.0 if start is None else start)
             try:
                 with _np.errstate(all="ignore"):
                     same = all(
                         _loops.reduce_rows(entry, which, way, p, False).tobytes()
-                        == ufunc.reduce(p, axis=-1).tobytes() for p in probes)
+                        == ufunc.reduce(p, axis=-1).tobytes() for p in probes[dtype])
             except (TypeError, ValueError):
                 same = False
             if same:

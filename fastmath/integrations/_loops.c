@@ -71,6 +71,12 @@ static atomic_int counting = 0; /* count calls: every run then takes long_run */
 static atomic_int timing = 0;   /* time the runs left whole: every run then takes long_run */
 static atomic_llong whole_ns = 0; /* their total while timing, in ns */
 
+/* Whether every run takes long_run now (its Hot min_split 0): counted or timed there */
+static inline int long_path(void)
+{
+    return atomic_load(&counting) || atomic_load(&timing);
+}
+
 
 /* What long_run leaves to the trampoline: nothing (the run is done), NumPy's loop run as it
  * is, or run whole and timed for the pacing (see run_slot). */
@@ -926,8 +932,7 @@ static PyObject *py_replace(PyObject *self, PyObject *args)
     }
     atomic_store(&s->min_split, min_split < 1 ? 1 : min_split);
     atomic_store(&s->piece, piece < 64 ? 64 : piece);
-    atomic_store(&hot[i].min_split,
-                 atomic_load(&counting) || atomic_load(&timing) ? 0 : atomic_load(&s->min_split));
+    atomic_store(&hot[i].min_split, long_path() ? 0 : atomic_load(&s->min_split));
     __atomic_store_n(where, trampolines[i], __ATOMIC_RELEASE);
     return PyLong_FromLong(i);
 }
@@ -1020,7 +1025,7 @@ static PyObject *set_long_path(PyObject *args, atomic_int *flag)
         return NULL;
     }
     int before = atomic_exchange(flag, on);
-    on = atomic_load(&counting) || atomic_load(&timing);
+    on = long_path();
     for (int i = 0; i < nslots; i++) {
         atomic_store(&hot[i].min_split, on ? 0 : atomic_load(&slots[i].min_split));
     }
