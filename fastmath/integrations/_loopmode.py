@@ -56,6 +56,8 @@ _place_installed = False
 _reduce_installed: list = []  # whether ufunc.reduce runs _loops.c's reduction along rows
 # reorderable ufuncs whose reductions along rows run row by row, NumPy's loop on each row
 _REDUCING = ("add", "multiply", "maximum", "minimum", "fmax", "fmin")
+_reducing: dict = {}  # their names -> their call entries while installed
+_found: dict = {}  # (ufunc, its slots) -> the ways _take_reductions found
 _known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
 _why_not: str | None = None
 try:
@@ -192,11 +194,12 @@ def _install(threads) -> None:
             pair[at] = slot if pair[at] < 0 else pair[at]
     # calls NumPy would cut into rows (broadcast, strided views): run by rows (_loops.c)
     from ..dispatch._fpe import report
-    probes = {}  # dtype -> the rows _take_reductions compares on, made once
+    probes = {}  # dtype (, 0) -> the arrays _take_reductions compares on, made once
     for ufunc, (single, double) in rows.items():
         _calls.append(_loops.replace_call(ufunc, single, double, report))
         if ufunc.__name__ in _REDUCING and ufunc.nin == 2:
-            _take_reductions(ufunc, _calls[-1], probes)
+            _take_reductions(ufunc, _calls[-1], probes, (single, double))
+            _reducing[ufunc.__name__] = _calls[-1]
     # ufunc.reduce over rows (np.sum(x, axis=1), x.max(axis=-1)): row by row (_loops.c)
     _reduce_installed.append(_loops.replace_reduce(type(_np.add).__dict__["reduce"],
                                                    _np._NoValue))
@@ -224,14 +227,22 @@ def _reduce_probes(dtype) -> list:
     return probes
 
 
-def _take_reductions(ufunc, entry, probes) -> None:
+def _take_reductions(ufunc, entry, probes, slots) -> None:
     """Tell _loops.c how NumPy starts a row's reduction by ``ufunc`` for float32 and
     float64: the way (0: its identity, then the whole row; 1: the row's first element,
     then the rest) whose results are NumPy's bit for bit on every probe, or none (NumPy
-    keeps that reduction). ``probes``: dtype -> its probe rows, filled on first use."""
+    keeps that reduction); and how its reductions over the first axis may be split
+    (_way_to_split). ``probes``: dtype -> its probe rows, filled on first use; ``slots``:
+    its float32 and float64 loop slots, whose loops never change (what was found for them
+    is kept for the next start: 12 ms)."""
     ident = ufunc.identity
     start = float(ident) if isinstance(ident, (int, float)) and not isinstance(
         ident, bool) else None
+    known = _found.get((ufunc, slots))
+    if known is not None:
+        _loops.set_reduce(entry, known[0][0], known[0][1], 0.0 if start is None else start)
+        _loops.set_reduce_cols(entry, *known[1])
+        return
     _loops.set_reduce(entry, -1, -1, 0.0 if start is None else start)  # (the identity)
     ways = []
     for which, dtype in enumerate((_np.float32, _np.float64)):
@@ -251,6 +262,68 @@ def _take_reductions(ufunc, entry, probes) -> None:
                 break
         ways.append(found)
     _loops.set_reduce(entry, ways[0], ways[1], 0.0 if start is None else start)
+    hows = []
+    for which, dtype in enumerate((_np.float32, _np.float64)):
+        found = -1
+        if ways[which] >= 0:
+            if (dtype, 0) not in probes:
+                probes[dtype, 0] = _reduce_probes_first(dtype, probes[dtype])
+            found = _way_to_split(ufunc, entry, which, ways[which], probes[dtype, 0])
+        hows.append(found)
+    _loops.set_reduce_cols(entry, hows[0], hows[1])
+    _found[ufunc, slots] = (tuple(ways), tuple(hows))
+
+
+# how a reduction over the first axis is split (fastmath/integrations/_loops.c, cols_call)
+_COLS_BLOCKS, _COLS_PARTS = 0, 1
+
+
+def _way_to_split(ufunc, entry, which, way, probes) -> int:
+    """How a reduction over the first axis by ``ufunc``'s loop ``which`` may be split with
+    NumPy's results bit for bit on every probe, each way cut into 1, 2, 3 and 7 pieces:
+    bit 1 << _COLS_BLOCKS, the columns in blocks; bit 1 << _COLS_PARTS, the rows in parts
+    folded in order after; 0, neither (run whole); -1, not even the whole run is NumPy's
+    (NumPy keeps that reduction)."""
+    def same(how, units, p):
+        return (_loops.reduce_cols(entry, which, how, p, False, units).tobytes()
+                == ufunc.reduce(p, axis=0).tobytes())
+
+    ways = 0
+    try:
+        with _np.errstate(all="ignore"):
+            if not all(same(-1, 1, p) for p in probes):
+                return -1
+            for how in (_COLS_BLOCKS, _COLS_PARTS) if way == 1 else (_COLS_BLOCKS,):
+                extent = 1 if how == _COLS_BLOCKS else 0  # columns, or rows
+                if all(same(how, units, p) for p in probes for units in (1, 2, 3, 7)
+                       if p.shape[extent] // (1 + extent) >= units):
+                    ways |= 1 << how
+    except (TypeError, ValueError):
+        return -1
+    return ways
+
+
+def _reduce_probes_first(dtype, along_rows) -> list:
+    """Arrays a reduction over the first axis shows its order on: random ones of many
+    shapes (a sum in another order rounds differently), every pair and triple of special
+    values down a column (2 and 3 rows, their columns cut at several widths: where the
+    loop's vector part ends), and columns of 40 and 300 special values drawn at random,
+    where the grouping decides which zero or which NaN comes out. ``along_rows``:
+    _reduce_probes(dtype)."""
+    rng = _np.random.default_rng(54321)
+    probes = [rng.standard_normal(shape).astype(dtype)
+              for shape in ((2, 3), (3, 5), (17, 2), (40, 7), (33, 8), (20, 9), (64, 16),
+                            (50, 17), (30, 33), (20, 64), (24, 100), (9, 129), (5, 300),
+                            (3, 1000), (4, 5, 6))]
+    for rows in along_rows[-2:]:  # (k*k, 2) and (k**3, 3): down the columns
+        first = _np.ascontiguousarray(rows.T)
+        probes.append(first)
+        probes.extend(_np.ascontiguousarray(first[:, :m]) for m in (5, 12, 37, 130))
+    pairs = along_rows[-2]
+    special = pairs[:, 0][::int(round(len(pairs) ** 0.5))]  # the special values
+    for shape in ((40, 24), (300, 10), (64, 129), (20, 200), (9, 300)):
+        probes.append(rng.choice(special, shape))
+    return probes
 
 
 def reductions() -> int:
@@ -261,10 +334,20 @@ def reductions() -> int:
     return _loops.reduced()
 
 
+def column_reductions() -> int:
+    """How many reductions over the first axis (``x.sum(axis=0)``) the loop mode has run
+    since the process started (NumPy's loop on each row, from a plain loop; see
+    ``_way_to_split``)."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    return _loops.reduced_cols()
+
+
 def _restore() -> None:
     global _place_installed
     if _reduce_installed and _reduce_installed.pop():
         _loops.restore_reduce()
+    _reducing.clear()
     while _calls:
         _loops.restore_call(_calls.pop())
     while _slots:

@@ -420,6 +420,103 @@ def test_a_reduction_along_rows_reports_fp_errors_as_numpy_does(dtype):
         assert "overflow encountered in reduce" in str(seen[0])
 
 
+# --- reductions over the first axis -------------------------------------------------------
+
+def _taken():
+    return _loopmode.reductions(), _loopmode.column_reductions()
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["plain", "special"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", REDUCING)
+def test_reductions_over_the_first_axis_are_numpys_bit_for_bit(name, dtype, special):
+    # NumPy's own loop on each row with NumPy's arguments; split into parts of rows (the
+    # selecting ufuncs), into blocks of columns (4096 columns or more), or run whole
+    ufunc = getattr(numpy, name)
+    key = f"{name} {numpy.dtype(dtype).char * 2}->{numpy.dtype(dtype).char}"
+    for shape in [(20000, 8), (5000, 4), (3000, 3), (2500, 2), (700, 33), (40, 1000),
+                  (50, 40, 7), (16, 300), (17, 8193), (300, 129), (40, 9000)]:
+        x = _rows(dtype, shape, special)
+        before = x.copy()
+        forms = [lambda: ufunc.reduce(x), lambda: ufunc.reduce(x, axis=0),
+                 lambda: ufunc.reduce(x, -x.ndim), lambda: ufunc.reduce(x, 0, keepdims=True),
+                 lambda: ufunc.reduce(x, 0, None, None, False)]
+        for form in forms:
+            rows, cols = _taken()
+            split = _split_calls(key)
+            with numpy.errstate(all="ignore"):
+                plain, patched = _both(form)
+            _bitwise(plain, patched)
+            assert _taken() == (rows, cols + 1), shape
+            if shape[-1] >= 4096 or name not in ("add", "multiply"):
+                assert _split_calls(key) > split, shape
+        _bitwise(x, before)
+
+
+def test_numpys_reducing_functions_and_methods_take_the_first_axis():
+    x = _rows("float64", (30000, 6), False)
+    calls = [lambda: numpy.sum(x, axis=0), lambda: x.sum(axis=0), lambda: x.max(axis=0),
+             lambda: numpy.max(x, axis=0, keepdims=True), lambda: numpy.amin(x, axis=-2),
+             lambda: x.prod(axis=0), lambda: numpy.prod(x, 0), lambda: x.min(0),
+             lambda: x.mean(axis=0), lambda: numpy.nanmax(x, axis=0)]
+    for call in calls:
+        rows, cols = _taken()
+        plain, patched = _both(call)
+        _bitwise(plain, patched)
+        assert _taken() == (rows, cols + 1)
+
+
+def test_reductions_over_the_first_axis_left_to_numpy():
+    x = _rows("float64", (30000, 6), False)
+    one = x[:, :1].copy()  # one column: NumPy's iterator sums it in pairs, as a 1-d array
+    cases = [lambda: numpy.add.reduce(one, axis=0), lambda: numpy.add.reduce(one[:, :, None]),
+             lambda: numpy.add.reduce(x, axis=(0,)),
+             lambda: numpy.add.reduce(x, axis=0, dtype=numpy.float32),
+             lambda: numpy.add.reduce(x, axis=0, out=numpy.empty(6)).copy(),
+             lambda: numpy.add.reduce(x, axis=0, initial=1.0),
+             lambda: numpy.add.reduce(x, axis=0, where=x > 0),
+             lambda: numpy.add.reduce(x[::2], axis=0),
+             lambda: numpy.add.reduce(numpy.asfortranarray(x), axis=0),
+             lambda: numpy.add.reduce(x[:15].copy(), axis=0),  # too few rows
+             lambda: numpy.add.reduce(x.astype(numpy.int64), axis=0),
+             lambda: numpy.add.reduce(x.view(numpy.matrix), axis=0),
+             lambda: numpy.maximum.reduce(x.reshape(3, -1), axis=1 - 2)]
+    for case in cases:
+        taken = _taken()
+        plain, patched = _both(case)
+        _bitwise(plain, patched)
+        assert type(plain) is type(patched)
+        assert _taken() == taken
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(20000, 4), (20, 8192)], ids=["whole", "blocks"])
+def test_a_reduction_over_the_first_axis_reports_fp_errors_as_numpy_does(dtype, shape):
+    x = numpy.full(shape, numpy.finfo(dtype).max, dtype)
+    x[5, :4] = [numpy.inf, -numpy.inf, 1, 2]
+    for mode in ("warn", "raise"):
+        seen = []
+        for patched in (False, True):
+            if patched:
+                fastmath.patch.start("loops")
+            try:
+                rows, cols = _taken()
+                with numpy.errstate(all=mode), warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    try:
+                        r = numpy.add.reduce(x, axis=0)
+                    except FloatingPointError as e:
+                        r = str(e)
+                seen.append((r if isinstance(r, str) else r.tobytes(),
+                             [str(m.message) for m in w]))
+                assert _taken() == (rows, cols + patched)
+            finally:
+                if patched:
+                    fastmath.patch.stop("loops")
+        assert seen[0] == seen[1]
+        assert "overflow encountered in reduce" in str(seen[0])
+
+
 def test_reductions_go_back_to_numpy_when_the_loop_mode_stops():
     x = _rows("float64", (30000, 6), False)
     with fastmath.patch(mode="loops"):
