@@ -10,14 +10,15 @@ so) and with one thread (nothing splits). For each it prints the median time, th
 of the rounds' ratios plain / mode with every round's ratio, and per fit what the
 process's threads ran and waited runnable (``/proc/self/task/*/schedstat``: the caller,
 the runtime's workers, and every other thread: BLAS's), the last look of the yield
-(``others``, ``foreign``, ``share``: see ``_runtime.set_yield``) and how many times it
+(``others``, ``foreign``, ``share``, ``free``: see ``_runtime.set_yield``) and how many times it
 yielded. A program's plain time is bimodal on such a machine (where the scheduler leaves
 BLAS's woken thread decides it): judge by 20 rounds or more. Report the load average.
 
 python bench/busy_workloads.py [--only Gaussian Logit softmax] [--rounds 20] [--idle]
 
 ``softmax`` is a batched matrix product and a softmax over its rows (16 x 256 x 256), 120
-steps a run; the others are ``bench/library_workloads.py``'s.
+steps a run (the median time of its matrix products is printed too); the others are
+``bench/library_workloads.py``'s.
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ from busy import _spin  # noqa: E402 - bench/busy.py's process spinning on one c
 MODES = ("plain", "loops", "yield off", "one thread")
 
 
+PRODUCTS = [0.0]  # seconds the softmax workload spent in its matrix products
+
+
 def softmax_workload():
     def setup():
         rng = np.random.default_rng(2)
@@ -49,7 +53,9 @@ def softmax_workload():
     def run(s):
         q, k = s
         for _ in range(120):
+            t = time.perf_counter()
             p = q @ k
+            PRODUCTS[0] += time.perf_counter() - t
             e = np.exp(p - p.max(-1, keepdims=True))
             e / e.sum(-1, keepdims=True)
     return setup, run
@@ -125,10 +131,13 @@ def main():
             threads = {m: {"caller": [0, 0], "workers": [0, 0], "others": [0, 0]}
                        for m in MODES}
             yields = {m: 0 for m in MODES}
+            products = {m: [] for m in MODES}
             for r in range(args.rounds):
                 for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
                     a, y = schedstat(), _runtime.stats()["yields"]
+                    PRODUCTS[0] = 0.0
                     times[mode].append(timed(mode, fn, state))
+                    products[mode].append(PRODUCTS[0])
                     b = schedstat()
                     yields[mode] += _runtime.stats()["yields"] - y
                     for t in b.keys() & a.keys():
@@ -138,15 +147,17 @@ def main():
             plain = times["plain"]
             looked = ", ".join(f"{v:.2f}" for v in _runtime.stats()["looked"])
             print(f"\n{name}: plain {statistics.median(plain) * 1e3:.0f} ms; the yield's "
-                  f"last look (others, foreign, share): {looked}")
+                  f"last look (others, foreign, share, free): {looked}")
             for mode in MODES:
                 ratios = sorted(a / b for a, b in zip(plain, times[mode]))
+                spent = (f"; its matrix products {statistics.median(products[mode]) * 1e3:.0f}"
+                         " ms" if any(products[mode]) else "")
                 ran = "; ".join(
                     f"{who} ran {v[0] / 1e6 / args.rounds:.0f} ms waited "
                     f"{v[1] / 1e6 / args.rounds:.0f} ms" for who, v in threads[mode].items())
                 print(f"  {mode:10s} {statistics.median(times[mode]) * 1e3:7.0f} ms "
                       f"{statistics.median(ratios):.3f}x [{' '.join(f'{r:.2f}' for r in ratios)}]"
-                      f" yields {yields[mode]}\n             a run: {ran}")
+                      f" yields {yields[mode]}\n             a run: {ran}{spent}")
         print(f"\nload average {os.getloadavg()[0]:.2f}")
     finally:
         if spinner is not None:

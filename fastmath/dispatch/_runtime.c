@@ -181,12 +181,19 @@ static atomic_llong shut_out_ns = 20000000, shut_out_until = 0;
  * YIELD_SPAN_NS: `others`, CPU time of the machine outside this process (/proc/stat);
  * `foreign`, this process's less the caller's and the workers'; each a share of one CPU
  * over that span; and `share`, the span's part spent in calls the pacing saw (split or
- * kept whole: splittable_ns). yield_ns 0: never. */
+ * kept whole: splittable_ns). Whatever the share where no CPU is left for a worker:
+ * `free`, the CPUs this process may use less `others`, `foreign` and the caller's one,
+ * under yield_free. A batched matrix product and a softmax of its rows (16 x 256 x 256,
+ * the softmax's calls 0.1-0.3 of the time), one core of two busy: with every split the
+ * pacing allowed (each winning against the whole runs it had timed) 0.81-1.02x plain,
+ * with one thread 0.92-1.19x, under the share's gate alone 0.83-0.97x, with this gate too
+ * 1.04-1.08x (bench/busy_workloads.py; docs/backends.md). yield_ns 0: never. */
 #define YIELD_SPAN_NS 100000000LL
 static atomic_llong yield_ns = 300000000, yield_until = 0, splittable_ns = 0;
 static atomic_ulong yields = 0, kept_yielding = 0;
 static double yield_others = 0.5, yield_foreign = 0.05, yield_share = 0.15; /* GIL's */
-static double looked[3] = {-1, -1, -1}; /* the last look's others, foreign, share */
+static double yield_free = 0.5;
+static double looked[4] = {-1, -1, -1, -1}; /* the last look's others, foreign, share, free */
 static pthread_t worker_ids[MAXTHREADS];
 static struct {
     long long wall, process, caller, workers, machine, splittable;
@@ -263,8 +270,12 @@ static void consider_yield(long long now)
         double foreign = (mine - (double)(caller - usage_then.caller)
                           - (double)(workers - usage_then.workers)) / (double)span;
         double share = (double)(splittable - usage_then.splittable) / (double)span;
-        looked[0] = others, looked[1] = foreign, looked[2] = share;
-        if (others >= yield_others && foreign >= yield_foreign && share < yield_share) {
+        cpu_set_t set;
+        int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+        double free = (double)cpus - others - foreign - 1.0;
+        looked[0] = others, looked[1] = foreign, looked[2] = share, looked[3] = free;
+        if (others >= yield_others && foreign >= yield_foreign
+            && (share < yield_share || free < yield_free)) {
             atomic_store(&yield_until, now + atomic_load(&yield_ns));
             atomic_fetch_add_explicit(&yields, 1, memory_order_relaxed);
         }
@@ -1856,21 +1867,24 @@ static PyObject *py_set_shut_out(PyObject *self, PyObject *args)
 
 static PyObject *py_set_yield(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"seconds", "others", "foreign", "share", NULL};
-    double s, others = 0.5, foreign = 0.05, share = 0.15;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "d|ddd", names, &s, &others, &foreign,
-                                     &share)) {
+    static char *names[] = {"seconds", "others", "foreign", "share", "free", NULL};
+    double s, others = 0.5, foreign = 0.05, share = 0.15, free = 0.5;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "d|dddd", names, &s, &others, &foreign,
+                                     &share, &free)) {
         return NULL;
     }
-    if (!(s >= 0 && s <= 60) || !(others >= 0) || !(foreign >= 0) || !(share >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "set_yield(seconds, others, foreign, share): "
-                        "seconds between 0 and 60, others, foreign and share 0 or more");
+    if (!(s >= 0 && s <= 60) || !(others >= 0) || !(foreign >= 0) || !(share >= 0)
+        || !(free > -1e9 && free < 1e9)) {
+        PyErr_SetString(PyExc_ValueError, "set_yield(seconds, others, foreign, share, free): "
+                        "seconds between 0 and 60, others, foreign and share 0 or more, free "
+                        "a number of CPUs");
         return NULL;
     }
     long long before = atomic_exchange(&yield_ns, (long long)(s * 1e9));
     yield_others = others;
     yield_foreign = foreign;
     yield_share = share;
+    yield_free = free;
     atomic_store(&yield_until, 0);
     pthread_mutex_lock(&usage_lock);
     usage_then.valid = 0;
@@ -1920,7 +1934,7 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
     long long now = real_wall_ns();
     long long left = atomic_load(&shut_out_until) - now;
     long long yielding = atomic_load(&yield_until) - now;
-    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d,s:k,s:d,s:k,s:k,s:d,s:(ddd)}",
+    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d,s:k,s:d,s:k,s:k,s:d,s:(dddd)}",
                          "workers", nworkers, "parks", atomic_load(&parks), "joins",
                          atomic_load(&joins), "parked", atomic_load(&sleepers), "spin",
                          (double)atomic_load(&spin_ns) * 1e-9,
@@ -1929,7 +1943,7 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
                          left > 0 ? (double)left * 1e-9 : 0.0, "yields", atomic_load(&yields),
                          "kept_yielding", atomic_load(&kept_yielding), "yielding",
                          yielding > 0 ? (double)yielding * 1e-9 : 0.0, "looked", looked[0],
-                         looked[1], looked[2]);
+                         looked[1], looked[2], looked[3]);
 }
 
 /* fixed_cost's pieces: each waits (a millisecond at most) until every thread of the call
@@ -2085,11 +2099,12 @@ static PyMethodDef methods[] = {
      "set_shut_out(seconds) -> previous: how long workers park at once after a split whose\n"
      "running worker was shut out of its core"},
     {"set_yield", (PyCFunction)(void (*)(void))py_set_yield, METH_VARARGS | METH_KEYWORDS,
-     "set_yield(seconds, others=0.5, foreign=0.05, share=0.15) -> previous seconds: how\n"
-     "long every call runs whole once a split found its worker shut out while the machine\n"
-     "outside this process used `others` of a CPU, this process's threads other than the\n"
-     "caller and the pool `foreign` of one, and the calls the pacing saw took under `share`\n"
-     "of the time (0 seconds: never)"},
+     "set_yield(seconds, others=0.5, foreign=0.05, share=0.15, free=0.5) -> previous\n"
+     "seconds: how long every call runs whole once a split found its worker shut out while\n"
+     "the machine outside this process used `others` of a CPU, this process's threads\n"
+     "other than the caller and the pool `foreign` of one, and either the calls the pacing\n"
+     "saw took under `share` of the time or the CPUs this process may use, less those and\n"
+     "the caller's one, came to under `free` (0 seconds: never)"},
     {"trace", py_trace, METH_VARARGS,
      "trace([on]) -> the pacing events recorded since tracing began, oldest first (at most\n"
      "65536): (kind 0 a run kept whole / 1 a split judged, when (ns), n, wall (ns), alone\n"
@@ -2102,7 +2117,8 @@ static PyMethodDef methods[] = {
      "start to the worker running; times one joined a call on its caller's CPU and moved\n"
      "off it; how long (s) workers still park at once (set_shut_out); times calls began to\n"
      "run whole to yield to an oversubscribed machine, calls run whole so, how long (s) that\n"
-     "lasts, and the last look's (others, foreign, share) (set_yield; -1.0: none yet)"},
+     "lasts, and the last look's (others, foreign, share, free) (set_yield; -1.0: none\n"
+     "yet)"},
     {"fixed_cost", py_fixed_cost, METH_VARARGS,
      "fixed_cost(rounds, pause) -> seconds per parallel call whose threads each take one\n"
      "piece of no work (pause: seconds between calls; None: one thread, nothing splits)"},
