@@ -56,7 +56,6 @@ _place_installed = False
 _reduce_installed: list = []  # whether ufunc.reduce runs _loops.c's reduction along rows
 # reorderable ufuncs whose reductions along rows run row by row, NumPy's loop on each row
 _REDUCING = ("add", "multiply", "maximum", "minimum", "fmax", "fmin")
-_reducing: dict = {}  # their names -> their call entries while installed
 _found: dict = {}  # (ufunc, its slots) -> the ways _take_reductions found
 _known: dict = {}  # slot -> "name types", every slot ever installed (slots are kept)
 _why_not: str | None = None
@@ -199,7 +198,6 @@ def _install(threads) -> None:
         _calls.append(_loops.replace_call(ufunc, single, double, report))
         if ufunc.__name__ in _REDUCING and ufunc.nin == 2:
             _take_reductions(ufunc, _calls[-1], probes, (single, double))
-            _reducing[ufunc.__name__] = _calls[-1]
     # ufunc.reduce over rows (np.sum(x, axis=1), x.max(axis=-1)): row by row (_loops.c)
     _reduce_installed.append(_loops.replace_reduce(type(_np.add).__dict__["reduce"],
                                                    _np._NoValue))
@@ -294,9 +292,8 @@ def _way_to_split(ufunc, entry, which, way, probes) -> int:
             if not all(same(-1, 1, p) for p in probes):
                 return -1
             for how in (_COLS_BLOCKS, _COLS_PARTS) if way == 1 else (_COLS_BLOCKS,):
-                extent = 1 if how == _COLS_BLOCKS else 0  # columns, or rows
                 if all(same(how, units, p) for p in probes for units in (1, 2, 3, 7)
-                       if p.shape[extent] // (1 + extent) >= units):
+                       if how == _COLS_BLOCKS or len(p) >= units):  # (a part a row at least)
                     ways |= 1 << how
     except (TypeError, ValueError):
         return -1
@@ -347,7 +344,6 @@ def _restore() -> None:
     global _place_installed
     if _reduce_installed and _reduce_installed.pop():
         _loops.restore_reduce()
-    _reducing.clear()
     while _calls:
         _loops.restore_call(_calls.pop())
     while _slots:

@@ -1272,24 +1272,34 @@ static int is_name(PyObject *name, const char *s)
     return PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, s) == 0;
 }
 
-/* The reduction of a by c's loop `which` with NumPy's arguments, or NULL with an error set;
- * split over the pool where the pacing says so, unless `whole`. */
-static PyObject *reduce_call(Call *c, PyArrayObject *a, int which, int keepdims, int way,
-                             int whole)
+/* A new output for the reduction of a over its axis `at` (the first or the last), of
+ * NumPy's shape with keepdims or without; NULL with an error set. (Makes reduce_name, the
+ * name the FP error report gives.) */
+static PyArrayObject *reduce_out(PyArrayObject *a, int at, int keepdims)
 {
-    Slot *s = &slots[c->slot[which]];
     if (reduce_name == NULL && (reduce_name = PyUnicode_FromString("reduce")) == NULL) {
         return NULL;
     }
     int d = PyArray_NDIM(a);
     npy_intp shape[NPY_MAXDIMS];
     memcpy(shape, PyArray_DIMS(a), d * sizeof(npy_intp));
-    npy_intp cols = shape[d - 1];
     if (keepdims) {
-        shape[d - 1] = 1;
+        shape[at] = 1;
     }
-    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(keepdims ? d : d - 1, shape,
-                                                            PyArray_TYPE(a));
+    else {
+        memmove(shape + at, shape + at + 1, (d - 1 - at) * sizeof(npy_intp));
+    }
+    return (PyArrayObject *)PyArray_SimpleNew(keepdims ? d : d - 1, shape, PyArray_TYPE(a));
+}
+
+/* The reduction of a by c's loop `which` with NumPy's arguments, or NULL with an error set;
+ * split over the pool where the pacing says so, unless `whole`. */
+static PyObject *reduce_call(Call *c, PyArrayObject *a, int which, int keepdims, int way,
+                             int whole)
+{
+    Slot *s = &slots[c->slot[which]];
+    npy_intp cols = PyArray_DIM(a, PyArray_NDIM(a) - 1);
+    PyArrayObject *out = reduce_out(a, PyArray_NDIM(a) - 1, keepdims);
     if (out == NULL) {
         return NULL;
     }
@@ -1425,18 +1435,8 @@ static PyObject *cols_call(Call *c, PyArrayObject *a, int which, int keepdims, i
                            npy_intp units)
 {
     Slot *s = &slots[c->slot[which]];
-    if (reduce_name == NULL && (reduce_name = PyUnicode_FromString("reduce")) == NULL) {
-        return NULL;
-    }
-    int d = PyArray_NDIM(a);
-    npy_intp shape[NPY_MAXDIMS];
-    memcpy(shape, PyArray_DIMS(a), d * sizeof(npy_intp));
-    npy_intp rows = shape[0];
-    if (keepdims) {
-        shape[0] = 1;
-    }
-    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(
-        keepdims ? d : d - 1, keepdims ? shape : shape + 1, PyArray_TYPE(a));
+    npy_intp rows = PyArray_DIM(a, 0);
+    PyArrayObject *out = reduce_out(a, 0, keepdims);
     if (out == NULL) {
         return NULL;
     }
