@@ -712,12 +712,13 @@ static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
     KEEP_FLAGS_END
 }
 
-static void run_whole(fm_pace *paces, fm_job *job)
+/* job run whole in this thread, timed as a call of `size` elements */
+static void run_whole(fm_pace *paces, fm_job *job, intptr_t size)
 {
     long long t0 = wall_ns();
     intptr_t n = job->n;
     job->loop(job->args, &n, job->steps, job->data);
-    fm_kept(paces, job->n, wall_ns() - t0);
+    fm_kept(paces, size, wall_ns() - t0);
 }
 
 static unsigned fm_one_thread_ps(fm_pace *pace)
@@ -839,30 +840,35 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     KEEP_FLAGS_END
 }
 
-/* fm_split, or with `whole` 0, fm_split_or_say: a run to keep whole is the caller's. */
-static int split_or_whole(fm_pace *paces, fm_job *job, int threads, int whole)
+/* fm_split, or with `whole` 0, fm_split_or_say: a run to keep whole is the caller's; or
+ * with `size` > 0, fm_split_exact: the job's pieces as given, paced as `size` elements. */
+static int split_or_whole(fm_pace *paces, fm_job *job, int threads, int whole,
+                          intptr_t size)
 {
     threads = within(threads);
     if (threads <= 1 || !fm_begin()) {
         return FM_NOT_RUN;
     }
-    if (job->piece * threads > job->n) { /* short of a piece per thread: equal shares */
-        job->piece = (job->n + threads - 1) / threads;
+    intptr_t paced_as = size > 0 ? size : job->n;
+    if (size == 0) { /* the pieces cut to the call (fm_split_exact: as given) */
+        if (job->piece * threads > job->n) { /* short of a piece per thread: equal shares */
+            job->piece = (job->n + threads - 1) / threads;
+        }
+        intptr_t widest = 1;
+        for (int k = 0; k < job->nargs; k++) {
+            intptr_t step = job->steps[k] < 0 ? -job->steps[k] : job->steps[k];
+            widest = step > widest ? step : widest;
+        }
+        if (job->piece > FM_PIECE_BYTES / widest) {
+            job->piece = FM_PIECE_BYTES / widest > 1 ? FM_PIECE_BYTES / widest : 1;
+        }
+        job->piece = (job->piece + 63) & ~(intptr_t)63; /* pieces start 64-element aligned */
     }
-    intptr_t widest = 1;
-    for (int k = 0; k < job->nargs; k++) {
-        intptr_t step = job->steps[k] < 0 ? -job->steps[k] : job->steps[k];
-        widest = step > widest ? step : widest;
-    }
-    if (job->piece > FM_PIECE_BYTES / widest) {
-        job->piece = FM_PIECE_BYTES / widest > 1 ? FM_PIECE_BYTES / widest : 1;
-    }
-    job->piece = (job->piece + 63) & ~(intptr_t)63; /* pieces start 64-element aligned */
-    int how = fm_decide(paces, job->n, &job->timed);
+    int how = fm_decide(paces, paced_as, &job->timed);
     if (how != FM_SPLIT) {
         fm_end();
         if (whole) {
-            run_whole(paces, job);
+            run_whole(paces, job, paced_as);
         }
         return how;
     }
@@ -878,7 +884,7 @@ static int split_or_whole(fm_pace *paces, fm_job *job, int threads, int whole)
     }
     if (paced) {
         long long wall = wall_ns() - t0;
-        fm_judge(paces, job->n, wall, job->timed ? fm_alone_ns(job) : -1, job->woke,
+        fm_judge(paces, paced_as, wall, job->timed ? fm_alone_ns(job) : -1, job->woke,
                  fm_came(job));
     }
     int raised = atomic_load(&job->flags);
@@ -890,12 +896,17 @@ static int split_or_whole(fm_pace *paces, fm_job *job, int threads, int whole)
 
 static int fm_split(fm_pace *paces, fm_job *job, int threads)
 {
-    return split_or_whole(paces, job, threads, 1);
+    return split_or_whole(paces, job, threads, 1, 0);
 }
 
 static int fm_split_or_say(fm_pace *paces, fm_job *job, int threads)
 {
-    return split_or_whole(paces, job, threads, 0);
+    return split_or_whole(paces, job, threads, 0, 0);
+}
+
+static int fm_split_exact(fm_pace *paces, fm_job *job, int threads, intptr_t size)
+{
+    return split_or_whole(paces, job, threads, 1, size > 0 ? size : job->n);
 }
 
 /* A Python caller's records (new_pace()), for the other extensions; NULL for a bad number. */
@@ -908,7 +919,8 @@ static PyObject *pace_dict(fm_pace *paces_of, intptr_t n);
 
 static fm_api api = {FM_API_VERSION, fm_split, fm_begin, fm_start, fm_finish, fm_end,
                      fm_threads, fm_pace_of, fm_decide, fm_kept, fm_judge,
-                     fm_pace_by_id, wall_ns_now, fm_alone_ns, pace_dict, fm_split_or_say};
+                     fm_pace_by_id, wall_ns_now, fm_alone_ns, pace_dict, fm_split_or_say,
+                     fm_split_exact};
 
 /* ---- NumPy's strided loops, for the numpy backend -------------------------------- */
 

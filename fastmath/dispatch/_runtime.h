@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define FM_CAPSULE "fastmath.dispatch._runtime._C_API"
-#define FM_API_VERSION 6
+#define FM_API_VERSION 7
 #define FM_MAXARGS 4
 #define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
 #define FM_KEEP 3     /* whole runs remembered per record */
@@ -150,6 +150,11 @@ typedef struct {
      * FM_WHOLE_SAMPLED returned, nothing run; the caller times it and hands it to kept()
      * (the loop mode runs NumPy's loop whole from its trampoline's own frame) */
     int (*split_or_say)(fm_pace *paces, fm_job *job, int threads);
+    /* split() of a job whose pieces are its `piece` items exactly (split() cuts a piece to
+     * whole shares, caps its bytes and rounds it to 64 items), paced as a call of `size`
+     * elements (0: n): a job whose items are units of work of their own (the loop mode's
+     * blocks and parts of a reduction over the first axis) */
+    int (*split_exact)(fm_pace *paces, fm_job *job, int threads, intptr_t size);
 } fm_api;
 
 /* The runtime's interface, for the module init of an extension on it (include after

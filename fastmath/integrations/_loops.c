@@ -469,46 +469,8 @@ static int numpy_flags(int raised)
  * thread, with the GIL released; then after(data) where given, in the same thread; then
  * act on the FP flags they raised as NumPy's own check would, under `name` (the ufunc's,
  * or "reduce"). `exact` > 0: pieces of exactly `piece` items, paced as a call of `exact`
- * elements (split_exact). Returns out, or NULL (out released) where that raised. */
-/* A job whose pieces are its items exactly (the runtime's split() rounds a piece up to
- * 64 items and caps its bytes), paced as a call of `size` elements: the pacing through
- * the runtime's lower level (decide, then begin/start/finish/end, then judge or kept). */
-static int split_exact(fm_pace *paces, fm_job *job, npy_intp size)
-{
-    int threads = rt->threads(), timed = 0;
-    if (threads <= 1 || job->n < 2) {
-        return FM_NOT_RUN;
-    }
-    int how = rt->decide(paces, size, &timed);
-    if (how != FM_SPLIT) {
-        long long t0 = rt->wall_ns();
-        intptr_t all = job->n;
-        job->loop(job->args, &all, job->steps, job->data);
-        rt->kept(paces, size, rt->wall_ns() - t0);
-        return how;
-    }
-    if (!rt->begin()) {
-        return FM_NOT_RUN;
-    }
-    job->timed = timed;
-    long long t0 = rt->wall_ns();
-    int ran = rt->start(job, threads);
-    if (ran) {
-        rt->finish(job);
-    }
-    rt->end();
-    if (!ran) {
-        return FM_NOT_RUN;
-    }
-    rt->judge(paces, size, rt->wall_ns() - t0, timed ? rt->alone_ns(job) : -1, job->woke,
-              fm_came(job));
-    int raised = atomic_load(&job->flags);
-    if (raised) {
-        feraiseexcept(raised);
-    }
-    return FM_SPLIT;
-}
-
+ * elements (the runtime's split_exact). Returns out, or NULL (out released) where that
+ * raised. */
 static PyObject *run_job(Slot *s, fm_pace *paces, fm_loop loop, void *data, npy_intp unit,
                          npy_intp n, npy_intp piece, int split, PyObject *name,
                          PyArrayObject *out, npy_intp exact, void (*after)(void *))
@@ -526,7 +488,8 @@ static PyObject *run_job(Slot *s, fm_pace *paces, fm_loop loop, void *data, npy_
     Py_BEGIN_ALLOW_THREADS
     feclearexcept(FP_ERRORS);
     if (split) {
-        how = exact > 0 ? split_exact(paces, &job, exact) : rt->split(paces, &job, 0);
+        how = exact > 0 ? rt->split_exact(paces, &job, 0, exact)
+                        : rt->split(paces, &job, 0);
     }
     if (how == FM_NOT_RUN) {
         intptr_t all = n;
@@ -1246,6 +1209,26 @@ static PyObject *reduce_name = NULL;   /* "reduce", for the FP error report */
 static atomic_ulong reduced = 0;       /* reductions along rows taken (for tests and reports) */
 static atomic_ulong cols_reduced = 0;  /* reductions over the first axis taken */
 
+/* An accumulator of w items started as NumPy starts it: `way` 1, from the first values
+ * (w at `first`); 0, at `identity`, in the items' type (float32 or float64). */
+static void start_acc(char *acc, const char *first, npy_intp w, npy_intp item, int way,
+                      double identity)
+{
+    if (way) {
+        memcpy(acc, first, w * item);
+    }
+    else if (item == 8) {
+        for (npy_intp j = 0; j < w; j++) {
+            ((double *)acc)[j] = identity;
+        }
+    }
+    else {
+        for (npy_intp j = 0; j < w; j++) {
+            ((float *)acc)[j] = (float)identity;
+        }
+    }
+}
+
 static void reduce_rows(char **args, intptr_t const *count, intptr_t const *steps, void *data)
 {
     const Reduce *r = data;
@@ -1253,15 +1236,7 @@ static void reduce_rows(char **args, intptr_t const *count, intptr_t const *step
     npy_intp n = r->cols - r->way, st[3] = {0, r->item, 0};
     for (npy_intp i = first; i < first + *count; i++) {
         char *out = r->first + i * r->item, *row = r->in + i * r->row;
-        if (r->way) {
-            memcpy(out, row, r->item);
-        }
-        else if (r->item == 8) {
-            *(double *)out = r->identity;
-        }
-        else {
-            *(float *)out = (float)r->identity;
-        }
+        start_acc(out, row, 1, r->item, r->way, r->identity);
         char *a[3] = {out, row + r->way * r->item, out};
         r->loop(a, &n, st, r->data);
     }
@@ -1359,7 +1334,7 @@ typedef struct {
     npy_intp units;             /* the blocks or parts */
     int how, way, one_by_one;   /* one_by_one: the units run apart even when run whole */
     double identity;
-    atomic_int parted;          /* a part ran alone: the accumulators to fold (fold_parts) */
+    atomic_int parted;          /* a part ran alone: the accumulators to fold (cols_join) */
 } Cols;
 
 /* rows [r0, r1) of columns [c0, c0 + w) folded into acc as NumPy folds them */
@@ -1369,22 +1344,9 @@ static void cols_fold(const Cols *r, char *acc, npy_intp r0, npy_intp r1, npy_in
     npy_intp st[3] = {r->item, r->item, r->item};
     npy_intp step = r->cols * r->item;
     char *row = r->in + r0 * step + c0 * r->item;
-    if (r->way) {
-        memcpy(acc, row, w * r->item);
-        row += step;
-        r0++;
-    }
-    else if (r->item == 8) {
-        for (npy_intp j = 0; j < w; j++) {
-            ((double *)acc)[j] = r->identity;
-        }
-    }
-    else {
-        for (npy_intp j = 0; j < w; j++) {
-            ((float *)acc)[j] = (float)r->identity;
-        }
-    }
-    for (npy_intp i = r0; i < r1; i++, row += step) {
+    start_acc(acc, row, w, r->item, r->way, r->identity);
+    row += r->way * step; /* (begun at the first row: the loop runs over the rest) */
+    for (npy_intp i = r0 + r->way; i < r1; i++, row += step) {
         char *a[3] = {acc, row, acc};
         r->loop(a, &w, st, r->data);
     }
@@ -1459,9 +1421,8 @@ static PyObject *cols_call(Call *c, PyArrayObject *a, int which, int keepdims, i
     r.one_by_one = units > 0;
     atomic_init(&r.parted, 0);
     int threads = rt->threads();
-    npy_intp want = units > 0 ? units : 4 * (npy_intp)threads;
     if (how == COLS_BLOCKS && (units > 0 || threads > 1)) {
-        want = units > 0 ? units : 2 * (npy_intp)threads;
+        npy_intp want = units > 0 ? units : 2 * (npy_intp)threads;
         npy_intp w = (r.cols + want - 1) / want; /* in whole blocks of 64 columns */
         w = units > 0 || w >= COLS_BLOCK_SPLIT ? w : COLS_BLOCK_SPLIT;
         r.width = (w + COLS_BLOCK_MIN - 1) / COLS_BLOCK_MIN * COLS_BLOCK_MIN;
@@ -1469,6 +1430,7 @@ static PyObject *cols_call(Call *c, PyArrayObject *a, int which, int keepdims, i
     }
     else if (how == COLS_PARTS && (units > 0 || threads > 1)) {
         npy_intp most = COLS_PARTIALS / (r.cols * r.item) + 1; /* the accumulators' bound */
+        npy_intp want = units > 0 ? units : 4 * (npy_intp)threads;
         want = units > 0 || want <= most ? want : most;
         npy_intp p = (r.rows + want - 1) / want;
         r.part = units > 0 || p >= COLS_PART_MIN ? p : COLS_PART_MIN;
