@@ -10,10 +10,12 @@ native thread pool, every piece computed by the original loop, so results are Nu
 for bit; short runs call the original loop directly. A call NumPy cuts into rows (broadcast
 operands, strided views: each run a row long) is entered through the ufunc's own call,
 replaced too, and run by rows on the same pool. So is a reduction along rows
-(``np.sum(x, axis=1)``, ``x.max(axis=-1)``): ``ufunc.reduce`` is replaced, and each row is
-reduced by NumPy's loop called as NumPy calls it. ``np.place`` of long contiguous arrays
-(scipy.stats' distributions fill their outputs with it) runs by blocks on the same pool:
-NumPy's ``place`` calls the C function its module holds, replaced while the mode is on.
+(``np.sum(x, axis=1)``, ``x.max(axis=-1)``) or over the first axis (``x.sum(axis=0)``):
+``ufunc.reduce`` is replaced, and NumPy's loop is called as NumPy calls it, row by row,
+split only in ways found NumPy's bit for bit as the mode starts. ``np.place`` of long
+contiguous arrays (scipy.stats' distributions fill their outputs with it) runs by blocks on
+the same pool: NumPy's ``place`` calls the C function its module holds, replaced while the
+mode is on.
 
 How long is long depends on the loop's cost: a memory-bound loop (add, multiply) gains
 from a second core only on large runs, a special function on small ones. ``cost`` below
@@ -236,12 +238,13 @@ def _take_reductions(ufunc, entry, probes, slots) -> None:
     ident = ufunc.identity
     start = float(ident) if isinstance(ident, (int, float)) and not isinstance(
         ident, bool) else None
+    identity = 0.0 if start is None else start  # (what _loops.c keeps where there is none)
     known = _found.get((ufunc, slots))
     if known is not None:
-        _loops.set_reduce(entry, known[0][0], known[0][1], 0.0 if start is None else start)
+        _loops.set_reduce(entry, known[0][0], known[0][1], identity)
         _loops.set_reduce_cols(entry, *known[1])
         return
-    _loops.set_reduce(entry, -1, -1, 0.0 if start is None else start)  # (the identity)
+    _loops.set_reduce(entry, -1, -1, identity)  # (the identity)
     ways = []
     for which, dtype in enumerate((_np.float32, _np.float64)):
         found = -1
@@ -259,7 +262,7 @@ def _take_reductions(ufunc, entry, probes, slots) -> None:
                 found = way
                 break
         ways.append(found)
-    _loops.set_reduce(entry, ways[0], ways[1], 0.0 if start is None else start)
+    _loops.set_reduce(entry, ways[0], ways[1], identity)
     hows = []
     for which, dtype in enumerate((_np.float32, _np.float64)):
         found = -1
