@@ -1,12 +1,15 @@
 """Library workloads with another process busy on one core: the loop mode with and without
-the runtime's yield (docs/backends.md), and with one thread, against plain NumPy.
+the runtime's yield (docs/backends.md), and with one thread, the function patch, and
+fastmath's functions called in NumPy's place, against plain NumPy.
 
 A program that mixes matrix products with elementwise math, on a machine where another
 process keeps a core busy, has more threads wanting CPU than there are cores: its
 caller, BLAS's thread, the runtime's worker. This times such programs in interleaved
 rounds in one process, plain and under ``fastmath.patch(mode="loops")`` three ways: as
 shipped (``loops``), with the yield off (``set_yield(0)``: split whenever the pacing says
-so) and with one thread (nothing splits). For each it prints the median time, the median
+so) and with one thread (nothing splits); under ``fastmath.patch()`` (``patch``: NumPy's
+functions replaced by fastmath's, ``auto``); and, for the built-in softmax, with its
+``np.exp`` fastmath's as ``import fastmath as np`` has it (``as np``). For each it prints the median time, the median
 of the rounds' ratios plain / mode with every round's ratio, and per fit what the
 process's threads ran and waited runnable (``/proc/self/task/*/schedstat``: the caller,
 the runtime's workers, and every other thread: BLAS's), the last look of the yield
@@ -39,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import library_workloads  # noqa: E402
 from busy import _spin  # noqa: E402 - bench/busy.py's process spinning on one core
 
-MODES = ("plain", "loops", "yield off", "one thread")
+MODES = ("plain", "loops", "yield off", "one thread", "patch", "as np")
 
 
 PRODUCTS = [0.0]  # seconds the softmax workload spent in its matrix products
@@ -50,7 +53,7 @@ def softmax_workload():
         rng = np.random.default_rng(2)
         return rng.standard_normal((16, 256, 64)), rng.standard_normal((16, 64, 256))
 
-    def run(s):
+    def run(s, np=np):  # `np`: NumPy, or fastmath as `import fastmath as np` has it
         q, k = s
         for _ in range(120):
             t = time.perf_counter()
@@ -58,6 +61,7 @@ def softmax_workload():
             PRODUCTS[0] += time.perf_counter() - t
             e = np.exp(p - p.max(-1, keepdims=True))
             e / e.sum(-1, keepdims=True)
+    run.takes_namespace = True
     return setup, run
 
 
@@ -75,9 +79,16 @@ def schedstat():
 
 
 def timed(mode, fn, state):
-    if mode == "plain":
+    if mode in ("plain", "as np", "patch"):
         t = time.perf_counter()
-        fn(state)
+        if mode == "as np":
+            fn(state, fastmath)
+        elif mode == "patch":
+            with fastmath.patch():
+                t = time.perf_counter()
+                fn(state)
+        else:
+            fn(state)
         return time.perf_counter() - t
     threads = _runtime.threads()
     if mode == "one thread":
@@ -125,15 +136,17 @@ def main():
         me = os.getpid()
         for name, (setup, fn) in chosen.items():
             state = setup()
-            for mode in MODES:
+            modes = tuple(m for m in MODES
+                          if m != "as np" or getattr(fn, "takes_namespace", False))
+            for mode in modes:
                 timed(mode, fn, state)  # warm
-            times = {m: [] for m in MODES}
+            times = {m: [] for m in modes}
             threads = {m: {"caller": [0, 0], "workers": [0, 0], "others": [0, 0]}
-                       for m in MODES}
-            yields = {m: 0 for m in MODES}
-            products = {m: [] for m in MODES}
+                       for m in modes}
+            yields = {m: 0 for m in modes}
+            products = {m: [] for m in modes}
             for r in range(args.rounds):
-                for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
+                for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
                     a, y = schedstat(), _runtime.stats()["yields"]
                     PRODUCTS[0] = 0.0
                     times[mode].append(timed(mode, fn, state))
@@ -148,7 +161,7 @@ def main():
             looked = ", ".join(f"{v:.2f}" for v in _runtime.stats()["looked"])
             print(f"\n{name}: plain {statistics.median(plain) * 1e3:.0f} ms; the yield's "
                   f"last look (others, foreign, share, free): {looked}")
-            for mode in MODES:
+            for mode in modes:
                 ratios = sorted(a / b for a, b in zip(plain, times[mode]))
                 spent = (f"; its matrix products {statistics.median(products[mode]) * 1e3:.0f}"
                          " ms" if any(products[mode]) else "")

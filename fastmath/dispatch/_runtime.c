@@ -28,7 +28,9 @@
  * thread's CPU clock is a system call, 0.55 us on a VM); a split that lost by a twentieth
  * sends the next `skip` calls of that kernel and length whole (doubling while splits keep
  * losing, up to MOST_PAUSE, halving when one wins), and one call in SAMPLE runs whole to
- * keep that time. A split that had to wake a parked worker is not counted a loss: the
+ * keep that time. Each way is timed as it runs after its own kind: the first run whole
+ * after a split is not kept, nor the first split after a run kept whole counted lost
+ * (the output's lines moving between cores, fm_kept). A split that had to wake a parked worker is not counted a loss: the
  * wake-up is no sign of a busy core (unless the runtime parked it on purpose, below); nor
  * is one begun while another library's threads
  * still spin after their own call (foreign(): torch's OpenMP workers spin for a fraction of
@@ -53,6 +55,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -65,7 +68,13 @@
 
 #define MAXTHREADS 256
 #define MOST_PAUSE 256
+/* One call in `every` runs whole to keep that time: SAMPLE, doubling up to SAMPLE_MOST
+ * while the time kept stays within an eighth of the record's (each sample is two changes
+ * of way, fm_kept: 0.3 us a call of exp on 10^4 float64 at one in 64), back to SAMPLE
+ * when it moves or a split loses */
 #define SAMPLE 64
+#define SAMPLE_MOST 512
+#define SPLIT_AVERAGE 8 /* a split's weight in the splits' moving average: 1/8 */
 #define MAXPACES 4096
 #define FLAGS (FE_DIVBYZERO | FE_OVERFLOW | FE_UNDERFLOW | FE_INVALID | FE_INEXACT)
 
@@ -697,30 +706,7 @@ static fm_pace *fm_pace_of(fm_pace *paces, intptr_t n)
 #define KEEP_FLAGS_BEGIN int kept_flags_ = fetestexcept(ERRORS);
 #define KEEP_FLAGS_END clear_raised(ERRORS & ~kept_flags_);
 
-/* A run of n elements kept whole took ns: its time per element joins the last FM_KEEP. */
-static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
-{
-    KEEP_FLAGS_BEGIN
-    fm_pace *pace = fm_pace_of(paces, n);
-    atomic_fetch_add_explicit(&splittable_ns, ns, memory_order_relaxed);
-    double ps = ns * 1e3 / (double)(n > 0 ? n : 1);
-    unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)(ps + 0.5);
-    int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
-    atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
-    atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
-    trace_event(0, pace, n, ns, -1, 0, 0, 0, 0);
-    KEEP_FLAGS_END
-}
-
-/* job run whole in this thread, timed as a call of `size` elements */
-static void run_whole(fm_pace *paces, fm_job *job, intptr_t size)
-{
-    long long t0 = wall_ns();
-    intptr_t n = job->n;
-    job->loop(job->args, &n, job->steps, job->data);
-    fm_kept(paces, size, wall_ns() - t0);
-}
-
+/* the median of a record's last whole runs' time per element (ps; 0: none yet) */
 static unsigned fm_one_thread_ps(fm_pace *pace)
 {
     unsigned v[FM_KEEP];
@@ -736,6 +722,48 @@ static unsigned fm_one_thread_ps(fm_pace *pace)
         }
     }
     return m ? v[m / 2] : 0;
+}
+
+/* A run of n elements kept whole took ns: its time per element joins the last FM_KEEP,
+ * unless the run before it was a split. Then the lines of the output the split's other
+ * threads wrote (a call's output is often the buffer the last call of its size freed)
+ * come back to this core, which is the price of the change, not of a run kept whole: exp
+ * on 10^4 float64 ran whole in 13.9 us after a split and 6.5 us after a whole run (the
+ * split in 4.3 us after a split, 13 us after a whole run; Intel Xeon, 2 threads). Such a
+ * run is not kept, and a sample runs whole once more (`since` goes on). */
+static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
+{
+    KEEP_FLAGS_BEGIN
+    fm_pace *pace = fm_pace_of(paces, n);
+    atomic_fetch_add_explicit(&splittable_ns, ns, memory_order_relaxed);
+    if (atomic_exchange_explicit(&pace->last, FM_RAN_WHOLE, memory_order_relaxed)
+        == FM_RAN_SPLIT) {
+        trace_event(2, pace, n, ns, -1, 0, 0, 0, 0);
+        clear_raised(ERRORS & ~kept_flags_);
+        return;
+    }
+    double ps = ns * 1e3 / (double)(n > 0 ? n : 1);
+    unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)(ps + 0.5);
+    unsigned was = fm_one_thread_ps(pace);
+    int every = atomic_load_explicit(&pace->every, memory_order_relaxed);
+    every = was > 0 && 8.0 * fabs((double)v - was) <= was
+            ? (every < SAMPLE ? SAMPLE : every < SAMPLE_MOST ? 2 * every : SAMPLE_MOST)
+            : SAMPLE;
+    atomic_store_explicit(&pace->every, every, memory_order_relaxed);
+    int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
+    atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
+    atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
+    trace_event(0, pace, n, ns, -1, 0, 0, 0, 0);
+    KEEP_FLAGS_END
+}
+
+/* job run whole in this thread, timed as a call of `size` elements */
+static void run_whole(fm_pace *paces, fm_job *job, intptr_t size)
+{
+    long long t0 = wall_ns();
+    intptr_t n = job->n;
+    job->loop(job->args, &n, job->steps, job->data);
+    fm_kept(paces, size, wall_ns() - t0);
 }
 
 /* A caller's own thread count, within the runtime's limit (threadpoolctl's, say). */
@@ -758,7 +786,8 @@ static int fm_decide(fm_pace *paces, intptr_t n, int *timed)
     }
     int left = atomic_load_explicit(&pace->left, memory_order_relaxed);
     int since = atomic_fetch_add_explicit(&pace->since, 1, memory_order_relaxed);
-    int sample = since >= SAMPLE
+    int every = atomic_load_explicit(&pace->every, memory_order_relaxed);
+    int sample = since >= (every < SAMPLE ? SAMPLE : every)
                  || (since > 0 && atomic_load_explicit(&pace->kept, memory_order_relaxed) == 0);
     if (left > 0) {
         atomic_fetch_sub_explicit(&pace->left, 1, memory_order_relaxed);
@@ -818,17 +847,38 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
         return;
     }
     KEEP_FLAGS_BEGIN
+    int after_whole = atomic_exchange_explicit(&pace->last, FM_RAN_SPLIT, memory_order_relaxed)
+                      == FM_RAN_WHOLE;
     int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
     skip = skip < 1 ? 1 : skip;
+    /* the splits' moving average: a split lost to the whole runs only where it and that
+     * average took a twentieth longer than they do. A split's time has a long tail (exp on 10^4
+     * float64, split after split: median 4.7 us, a quarter over 6.5, whole 6.5 us; Intel
+     * Xeon, 2 threads): judged one by one, a fifth of the splits lost, each loss costing
+     * a pause and two changes of way (13 us each: fm_kept), and the split calls ran
+     * slower than whole ones. A split counts at most three times the average (one of
+     * 35-60 us in a few thousand, a descheduled thread's, lost alone); a busy core's
+     * splits still move it within two to four; a fast split after a slow spell wins. */
+    double this_ps = (double)wall * 1000.0 / (double)(n > 0 ? n : 1);
+    unsigned avg = atomic_load_explicit(&pace->split, memory_order_relaxed);
+    if (!after_whole) { /* the change of way's cost is not the split's (fm_kept) */
+        double a = avg ? avg + (fmin(this_ps, 3.0 * avg) - avg) / SPLIT_AVERAGE : this_ps;
+        avg = a < 1.0 ? 1u : a > 4e9 ? 4000000000u : (unsigned)(a + 0.5);
+        atomic_store_explicit(&pace->split, avg, memory_order_relaxed);
+    }
     int lost = (alone >= 0 && wall * 100 > alone * 105)
-               || (whole > 0 && (double)wall * 1000.0 > (double)whole * (double)n);
-    if (lost && (woke == 1 || beside_foreign(wall_ns() - wall))) {
+               || (whole > 0 && this_ps > whole * 1.05 && (avg == 0 || avg > whole * 1.05));
+    if (lost && (woke == 1 || after_whole || beside_foreign(wall_ns() - wall))) {
         /* A worker had parked (the calls kept whole by a pause leave it time to): its
          * wake-up, 30 us to over a millisecond on a VM, is no sign of a busy core, and
          * counting it a loss made every pause end in another, longer one. Likewise a
-         * split begun while another library's threads spun. The next split decides. */
+         * split begun while another library's threads spun, and the first split after a
+         * run kept whole: the output's lines move to the other threads' cores (see
+         * fm_kept), and counting it lost kept exp on 10^4 float64 whole half the time in
+         * the loop mode (7.2 us a call; 5.9 us split). The next split decides. */
     }
     else if (lost) {
+        atomic_store_explicit(&pace->every, SAMPLE, memory_order_relaxed);
         atomic_store_explicit(&pace->left, skip, memory_order_relaxed);
         atomic_store_explicit(&pace->skip, skip < MOST_PAUSE ? 2 * skip : MOST_PAUSE,
                               memory_order_relaxed);
@@ -1622,7 +1672,7 @@ static PyObject *py_free_pace(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* A record as a dict, for Python: {left, skip, since, kept, one_thread}. */
+/* A record as a dict, for Python: {left, skip, since, kept, one_thread, last, every}. */
 static PyObject *pace_dict(fm_pace *paces_of, intptr_t n)
 {
     fm_pace *p = fm_pace_of(paces_of, n);
@@ -1631,9 +1681,12 @@ static PyObject *pace_dict(fm_pace *paces_of, intptr_t n)
     if (one == NULL) {
         return NULL;
     }
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:N}", "left", atomic_load(&p->left), "skip",
+    int last = atomic_load(&p->last);
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:N,s:s,s:i}", "left", atomic_load(&p->left), "skip",
                          atomic_load(&p->skip), "since", atomic_load(&p->since), "kept",
-                         atomic_load(&p->kept), "one_thread", one);
+                         atomic_load(&p->kept), "one_thread", one, "last",
+                         last == FM_RAN_SPLIT ? "split" : last == FM_RAN_WHOLE ? "whole" : "",
+                         "every", atomic_load(&p->every));
 }
 
 static PyObject *py_pace(PyObject *self, PyObject *args)
@@ -2063,8 +2116,10 @@ static PyMethodDef methods[] = {
     {"free_pace", py_free_pace, METH_VARARGS,
      "free_pace(number): a record of new_pace()'s no longer used (its owner is gone)"},
     {"pace", py_pace, METH_VARARGS,
-     "pace(number, n) -> {left, skip, since, kept, one_thread}: the back-off record of calls\n"
-     "of about n elements (one_thread: seconds a whole call of n takes lately, or None)"},
+     "pace(number, n) -> {left, skip, since, kept, one_thread, last, every}: the back-off\n"
+     "record of calls of about n elements (one_thread: seconds a whole call of n takes\n"
+     "lately, or None; last: how the last ran, 'split', 'whole' or ''; every: the calls from\n"
+     "one run kept whole to the next, 0 before the first)"},
     {"decide", py_decide, METH_VARARGS,
      "decide(pace, n) -> SPLIT (1), or WHOLE_PACED (2) / WHOLE_SAMPLED (3): whether a call of\n"
      "n elements splits now; time it and hand a whole run to kept(), a split to judge()"},
@@ -2119,7 +2174,8 @@ static PyMethodDef methods[] = {
      "the caller's one, came to under `free` (0 seconds: never)"},
     {"trace", py_trace, METH_VARARGS,
      "trace([on]) -> the pacing events recorded since tracing began, oldest first (at most\n"
-     "65536): (kind 0 a run kept whole / 1 a split judged, when (ns), n, wall (ns), alone\n"
+     "65536): (kind 0 a run kept whole / 1 a split judged / 2 a run whole after a split,\n"
+     "not kept, when (ns), n, wall (ns), alone\n"
      "(ns, -1: not read), whole (the record's estimate, ns), woke, came, lost, paused);\n"
      "with `on`, the record is emptied and tracing turned on or off"},
     {"stats", py_stats, METH_NOARGS,

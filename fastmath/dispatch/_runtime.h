@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define FM_CAPSULE "fastmath.dispatch._runtime._C_API"
-#define FM_API_VERSION 7
+#define FM_API_VERSION 8
 #define FM_MAXARGS 4
 #define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
 #define FM_KEEP 3     /* whole runs remembered per record */
@@ -88,11 +88,16 @@ typedef struct {
 /* The back-off record of one kernel at one length (see fm_split in _runtime.c): `left`
  * runs still to keep whole, the next pause `skip`; `since` runs since one ran whole, and
  * the time per element of the last FM_KEEP that did (picoseconds; 0: none yet); `splits`
- * counts the splits (the first and one in every few read the caller's CPU time). */
+ * counts the splits (the first and one in every few read the caller's CPU time); `last`,
+ * how its last run ran (FM_RAN_SPLIT, FM_RAN_WHOLE; 0: none yet); `every`, the calls
+ * from one run kept whole to the next (0: the least); `split`, the splits' time per
+ * element, a moving average (picoseconds; 0: none yet). */
 typedef struct {
-    atomic_int left, skip, since, kept, splits;
+    atomic_int left, skip, since, kept, splits, last, every;
     atomic_uint whole[FM_KEEP];
+    atomic_uint split;
 } fm_pace;
+enum { FM_RAN_SPLIT = 1, FM_RAN_WHOLE = 2 };
 
 enum { FM_NOT_RUN = 0, FM_SPLIT = 1, FM_WHOLE_PACED = 2, FM_WHOLE_SAMPLED = 3 };
 

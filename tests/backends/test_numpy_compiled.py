@@ -201,18 +201,19 @@ def test_a_size_whose_splits_lose_runs_in_one_piece(clocks):
     x = np.random.default_rng(3).standard_normal(N)
     out = np.empty_like(x)
     want = np.exp(x)
-    ways = []
-    for _ in range(20):
-        before = _runtime.pace(kernel._pace, N) if kernel._pace >= 0 else {"kept": 0}
+    ways = ""
+    for _ in range(30):
         assert kernel._compiled(x, out) == 0
         same(out, want)
-        after = _runtime.pace(kernel._pace, N)
-        ways.append("w" if after["kept"] > before["kept"] else "s")
+        ways += _runtime.pace(kernel._pace, N)["last"][0]
     # The first split has no whole call to be compared with (nor, if the pool's thread
     # took every piece, a CPU time of the caller's): lost or not, the second call runs
-    # whole, timed. From then on every split loses and the pauses double.
-    assert ways[:2] == ["s", "w"], ways
-    pauses = [len(p) for p in "".join(ways[2:]).split("s")[1:-1]]
+    # whole, and the third, timed (the run right after a split is not kept: the output's
+    # lines come back from the other cores). From then on the first split after a pause is
+    # not judged (the lines move out again), the next loses, and the pauses double.
+    assert ways[:3] == "sww", ways
+    assert set(ways[3:].split("w")) == {"ss", ""}, ways
+    pauses = [len(p) for p in ways[3:].split("ss")[1:-1]]
     assert len(pauses) >= 3 and all(b == 2 * a for a, b in zip(pauses, pauses[1:])), ways
     big = _runtime.pace(kernel._pace, 4 * N)
     assert big["left"] == 0 and big["kept"] == 0  # another size: its own record
@@ -229,22 +230,25 @@ def test_a_split_slower_than_the_calls_run_whole_lost(clocks):
     out = np.empty_like(x)
     want = np.exp(x)
     kernel._compiled(x, out)  # split
+    kernel._compiled(x, out)  # whole, not kept: right after a split
     kernel._compiled(x, out)  # whole, timed: 1 ms
     same(out, want)
     pace = _runtime.pace(kernel._pace, N)
-    assert pace["kept"] == 1 and pace["left"] == 0
+    assert pace["kept"] == 1 and pace["left"] == 0 and pace["last"] == "whole"
     assert pace["one_thread"] == pytest.approx(1e-3, rel=1e-3)
+    kernel._compiled(x, out)  # the split after a run kept whole: not judged (won, here)
     wall.tick = 2e-3  # a split twice as long as the call run whole: lost
     kernel._compiled(x, out)
     assert _runtime.pace(kernel._pace, N)["left"] == 1
-    kernel._compiled(x, out)  # paused, and timed: 2 ms
+    wall.tick = 1e-3
+    kernel._compiled(x, out)  # paused: whole, not kept (right after a split)
     pace = _runtime.pace(kernel._pace, N)
-    assert pace["left"] == 0 and pace["kept"] == 2
-    assert pace["one_thread"] == pytest.approx(2e-3, rel=1e-3)  # the median of 1 and 2 ms
-    wall.tick = 1e-3  # half as long as that: the next split wins
-    kernel._compiled(x, out)
+    assert pace["left"] == 0 and pace["kept"] == 1 and pace["last"] == "whole"
+    kernel._compiled(x, out)  # the change of way: not judged
+    kernel._compiled(x, out)  # as long as a whole run: won
     same(out, want)
-    assert _runtime.pace(kernel._pace, N)["left"] == 0
+    pace = _runtime.pace(kernel._pace, N)
+    assert pace["left"] == 0 and pace["skip"] == 1 and pace["last"] == "split"
 
 
 def test_in_one_thread_nothing_is_split(fresh, spy):
@@ -291,7 +295,7 @@ def test_one_split_in_eight_reads_the_callers_cpu_time(clocks):
     same(out, np.exp(x))
     timed = [i for i, r in enumerate(reads) if r]
     assert all(reads[i] == 2 for i in timed), reads
-    splits = [i for i in range(40) if i != 1]  # the second call runs whole, timed
+    splits = [i for i in range(40) if i not in (1, 2)]  # the 2nd and 3rd calls run whole
     assert timed == [splits[k] for k in range(0, len(splits), 8)], reads
 
 

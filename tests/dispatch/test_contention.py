@@ -64,9 +64,12 @@ def call(pace, n=N):
 
 def test_a_losing_split_keeps_the_next_calls_whole_for_doubling_pauses(losing):
     pace = _parallel.Pace()
-    ways = "".join(call(pace) for _ in range(12))
-    # the first split lost; every split after a pause loses again, and the pause doubles
-    assert ways == "swswwswwwwsw", ways
+    ways = "".join(call(pace) for _ in range(13))
+    # the first split lost: a pause of one call, then a call run whole to time (the run
+    # right after a split is not kept: the output's lines come back from the other cores
+    # then). After each pause the first split is not judged (the lines move out again),
+    # the next loses again, and the pause doubles.
+    assert ways == "swwsswwsswwww", ways
     other = pace.stats(4 * N)  # another size: a record of its own
     assert other["left"] == 0 and other["kept"] == 0
 
@@ -84,8 +87,13 @@ def test_a_split_slower_than_the_calls_run_whole_lost(monkeypatch):
     plan.cpu = 2.0
     plan.done()  # the first split: judged by CPU time alone, a win
     assert pace.stats(N)["left"] == 0
-    assert call(pace) == "w"  # the second call runs whole, timed: no time at all
+    assert call(pace) == "w"  # the second call runs whole: not kept, right after a split
+    assert pace.stats(N)["kept"] == 0
+    assert call(pace) == "w"  # the third too, timed: no time at all
+    assert pace.stats(N)["kept"] == 1
     clock.tick = 1.0  # from now on a split takes a second (plan's reading to done()'s)
+    assert call(pace) == "s"  # the first after a run kept whole: not counted lost
+    assert pace.stats(N)["left"] == 0
     assert call(pace) == "s"
     assert pace.stats(N)["left"] == 1
 
@@ -102,6 +110,38 @@ def test_winning_splits_shorten_the_pauses_again(monkeypatch):
     assert pace.stats(N)["skip"] == 4
 
 
+def _calls_to_a_sample(ident):
+    """How many calls decide() splits before one runs whole, sampled."""
+    for k in range(4096):
+        if _runtime.decide(ident, N) == _runtime.WHOLE_SAMPLED:
+            return k
+    raise AssertionError("no call sampled")
+
+
+def test_samples_grow_rarer_while_the_whole_runs_time_holds():
+    """One call in 64 runs whole to keep the whole runs' time, each such sample two
+    changes of way (the run right after a split is not kept); while what a sample keeps
+    stays within an eighth of the record's time the next comes twice as late, up to one in
+    512; a time that moved, or a split that lost, brings them back to one in 64."""
+    ident = _runtime.new_pace()
+    try:
+        _runtime.kept(ident, N, 1e-3)
+        gaps = []
+        for ns in (1.05e-3, 0.95e-3, 1e-3, 1e-3, 1e-3, 1.5e-3):
+            gaps.append(_calls_to_a_sample(ident))
+            _runtime.kept(ident, N, ns)
+        gaps.append(_calls_to_a_sample(ident))
+        assert gaps == [64, 128, 256, 512, 512, 512, 64]
+        _runtime.kept(ident, N, 1.5e-3)  # the record's time moves to 1.5 ms...
+        _runtime.kept(ident, N, 1.5e-3)  # ... and holds: one in 128
+        assert _runtime.pace(ident, N)["every"] == 128
+        _runtime.judge(ident, N, 1e-3, -1.0, False, _runtime.CAME)  # the change of way
+        _runtime.judge(ident, N, 5e-3, -1.0, False, _runtime.CAME)  # lost
+        assert _runtime.pace(ident, N)["every"] == 64
+    finally:
+        _runtime.free_pace(ident)
+
+
 def test_a_split_no_worker_came_to_is_judged_neither_way():
     """A split whose pool threads did not come ran whole in the caller: judged neither way.
     Where a running one should have come (ABSENT: none had to be woken, and the call was
@@ -114,7 +154,8 @@ def test_a_split_no_worker_came_to_is_judged_neither_way():
     ident = _runtime.new_pace()
     try:
         _runtime.kept(ident, N, 1e-3)  # whole runs take a millisecond
-        _runtime.judge(ident, N, 2e-3, -1.0, False, _runtime.CAME)  # lost: a pause of 1
+        _runtime.judge(ident, N, 0.5e-3, -1.0, False, _runtime.CAME)  # the change of way
+        _runtime.judge(ident, N, 4e-3, -1.0, False, _runtime.CAME)  # lost: a pause of 1
         assert _runtime.pace(ident, N)["left"] == 1 and _runtime.pace(ident, N)["skip"] == 2
         _runtime.resume(ident, N)
         for wall in (0.5e-3, 5e-3):  # a win or a loss by the clock: neither
@@ -128,6 +169,26 @@ def test_a_split_no_worker_came_to_is_judged_neither_way():
         assert _runtime.pace(ident, N)["left"] == 1
         with pytest.raises(ValueError, match="came must be"):
             _runtime.judge(ident, N, 5e-3, -1.0, False, 7)
+    finally:
+        _runtime.free_pace(ident)
+
+
+def test_a_slow_split_among_fast_ones_is_not_lost_a_run_of_them_is():
+    """A split lost to the whole runs where it and the splits' moving average (an eighth
+    each, a split counting at most three times the average) took longer than they do: a
+    split's time has a long tail (exp on 10^4 float64, Intel Xeon: a quarter over the whole
+    runs' time where the median is 0.7 of it), and judged one by one a fifth of such
+    splits paused the calls."""
+    ident = _runtime.new_pace()
+    try:
+        _runtime.kept(ident, N, 1e-3)  # whole runs take a millisecond
+        for _ in range(9):  # the change of way (not judged), then splits of half that
+            _runtime.judge(ident, N, 0.5e-3, -1.0, False, _runtime.CAME)
+        lefts = []
+        for _ in range(4):  # slow splits: the average 0.5 ms -> 0.625, 0.78, 0.98, 1.22
+            _runtime.judge(ident, N, 5e-3, -1.0, False, _runtime.CAME)
+            lefts.append(_runtime.pace(ident, N)["left"])
+        assert lefts == [0, 0, 0, 1]
     finally:
         _runtime.free_pace(ident)
 
@@ -305,11 +366,13 @@ def test_a_torch_call_slower_than_the_next_kernel_alone_is_judged_lost(monkeypat
 
     k = _parallel.OwnThreads(own, lambda n: True, then)
     x, out = np.arange(1000.0), np.empty(1000)
-    for _ in range(4):
+    for _ in range(6):
         k(x, out)
     # the first split has nothing to be compared with but its CPU time (a win); the second
-    # call runs the next kernel, timed; the next split is slower than that: lost, paused
-    assert ran == ["own", "then", "own", "then"]
+    # call runs the next kernel (not kept: right after a split), the third too, timed; the
+    # next split is the change of way, not judged; the one after is slower than the next
+    # kernel: lost, paused
+    assert ran == ["own", "then", "then", "own", "own", "then"]
     assert k.pace.stats(x.size)["skip"] == 2
 
 

@@ -699,22 +699,22 @@ def runtime_clocks():
 
 
 def _ways(kernel, each, xs, calls, out=None):
-    """'s' for each call that split, 'w' for each that ran whole (and was timed)."""
+    """'s' for each call that split, 'w' for each that ran whole."""
     pace = kernel.paces[out is not None]
     n = sum(x.size for x in xs)
     ways = []
     for _ in range(calls):
-        before = pace.stats(n)["kept"]
         for g, x in zip(each(xs, out=out), xs):
             same_bits(g, np.exp(x))
-        ways.append("w" if pace.stats(n)["kept"] > before else "s")
+        ways.append(pace.stats(n)["last"][0])
     return "".join(ways)
 
 
 @compiled
 def test_the_compiled_path_is_paced_by_the_runtime(runtime_clocks, monkeypatch):
     """The list runner follows the runtime's pacing, as every splitter: its first list of a
-    size splits, the second runs whole and is timed, and while a lost split's pause lasts
+    size splits, the second and third run whole (the third timed: the run right after a
+    split is not kept), and while a lost split's pause lasts
     the lists of that size run whole in this thread. (Whether a split lost is the policy's
     to say, tested on the runtime itself: tests/backends/test_numpy_compiled.py.)"""
     from fastmath.dispatch import _runtime
@@ -724,8 +724,11 @@ def test_the_compiled_path_is_paced_by_the_runtime(runtime_clocks, monkeypatch):
     xs = [np.linspace(0, 1, 1000) + k for k in range(100)]  # above the size timed
     n = sum(x.size for x in xs)
     with fastmath.backend("numpy"):
-        assert _ways(kernel, foreach.exp, xs, 2) == "sw"
+        assert _ways(kernel, foreach.exp, xs, 3) == "sww"
+        assert kernel.paces[0].stats(n)["kept"] == 1
         skip = max(1, kernel.paces[0].stats(n)["skip"])  # (0 before any judgement: 1)
+        _runtime.judge(kernel.paces[0].id(), n, 1.0, 0.0)  # the change of way: not judged
+        assert kernel.paces[0].stats(n)["left"] == 0
         _runtime.judge(kernel.paces[0].id(), n, 1.0, 0.0)  # a split that lost
         assert kernel.paces[0].stats(n)["left"] == skip
         assert _ways(kernel, foreach.exp, xs, skip + 1) == "w" * skip + "s"
@@ -741,10 +744,11 @@ def test_new_outputs_and_out_lists_are_paced_apart(runtime_clocks, monkeypatch):
     outs = [np.empty(1000) for _ in xs]
     n = sum(x.size for x in xs)
     with fastmath.backend("numpy"):
-        assert _ways(kernel, foreach.exp, xs, 3)[:2] == "sw"
+        assert _ways(kernel, foreach.exp, xs, 3) == "sww"
         assert kernel.paces[1].stats(n)["kept"] == 0  # out= lists: nothing recorded yet
-        # their own first split and whole run
-        assert _ways(kernel, foreach.exp, xs, 2, out=outs) == "sw"
+        # their own first split and whole runs
+        assert _ways(kernel, foreach.exp, xs, 3, out=outs) == "sww"
+        assert kernel.paces[1].stats(n)["kept"] == 1
 
 
 @compiled

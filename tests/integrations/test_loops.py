@@ -772,12 +772,16 @@ def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch, clocks):
     with fastmath.patch(mode="loops"):
         ways = [_ways(key, lambda: _bitwise(numpy.exp(x), want)) for _ in range(50)]
     # The first split has no whole run to be compared with (nor, if the pool's thread took
-    # every piece, a CPU time of the caller's): lost or not, the second run is whole, timed.
-    assert ways[0] == "split" and ways[1] in ("paced", "whole"), ways
-    # From then on every split loses, and the runs kept whole after it double.
-    pauses = [len(p) for p in "".join(w[0] for w in ways[2:]).split("s")[1:]]
-    assert set("".join(w[0] for w in ways[2:])) == {"s", "p"}, ways
-    assert len(pauses) >= 5 and all(pauses), ways
+    # every piece, a CPU time of the caller's): lost or not, the second run is whole, not
+    # kept (the run right after a split is not: the output's lines come back from the
+    # other cores then), and the third, timed.
+    assert ways[0] == "split" and {ways[1], ways[2]} <= {"paced", "whole"}, ways
+    # From then on the first split after a pause is not judged (the lines move out again),
+    # the next loses, and the runs kept whole after it double.
+    rest = "".join(w[0] for w in ways[3:])
+    assert set(rest.split("p")) == {"ss", ""}, ways
+    pauses = [len(p) for p in rest.split("ss")[1:]]
+    assert len(pauses) >= 4 and all(pauses), ways
     assert all(b == 2 * a for a, b in zip(pauses, pauses[1:-1])), ways
     assert pauses[-1] <= 2 * pauses[-2], ways
     _loopmode.pacing(False)
@@ -788,9 +792,10 @@ def test_splits_that_lose_back_off_and_results_stay_numpys(monkeypatch, clocks):
 
 
 def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch, clocks):
-    """The second run of a loop and length runs whole and is timed, and so is one in 64
-    after: a split slower than those runs lost, even when the caller's own CPU time (which
-    reads high when the two threads slow each other) says it won."""
+    """The second and third runs of a loop and length run whole, the third timed (the run
+    right after a split is not), and so do two in 64 after: a split slower than those runs
+    lost, even when the caller's own CPU time (which reads high when the two threads slow
+    each other) says it won."""
     if fastmath.dispatch._parallel.threads() < 2:
         pytest.skip("one thread: nothing splits")
     for name, value in (("_SPLIT_AT", 2), ("_MIN_SPLIT", 2), ("_PIECE", 64)):
@@ -810,7 +815,9 @@ def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch, clo
         split = _split_calls(key)
         _bitwise(numpy.sqrt(ax), want)  # the first run splits, and wins
         assert _split_calls(key) == split + 1
-        _bitwise(numpy.sqrt(ax), want)  # the second runs whole, timed
+        _bitwise(numpy.sqrt(ax), want)  # the second runs whole, not kept
+        assert _loopmode._loops.pace(slot, n)["kept"] == 0
+        _bitwise(numpy.sqrt(ax), want)  # the third runs whole, timed
         assert _split_calls(key) == split + 1
         pace = _loopmode._loops.pace(slot, n)
         assert pace["kept"] == 1 and pace["since"] == 0 and pace["left"] == 0
@@ -821,6 +828,8 @@ def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch, clo
             return cpu()
         _loopmode._runtime._set_clock(wall, slow_cpu)
         assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "split"
+        assert _loopmode._loops.pace(slot, n)["left"] == 0  # the change of way: not judged
+        assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "split"
         pace = _loopmode._loops.pace(slot, n)
         assert pace["left"] == 1 and pace["skip"] == 2  # lost: the next run kept whole
         assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "paced"
@@ -828,7 +837,11 @@ def test_whole_runs_are_timed_and_a_split_slower_than_them_lost(monkeypatch, clo
         wall.tick = 0.5e-3  # splits in half a whole run's time: won
         assert _ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) == "split"
         pace = _loopmode._loops.pace(slot, n)
-        assert pace["left"] == 0 and pace["skip"] == 1 and pace["kept"] == 2
-        ways = [_ways(key, lambda: _bitwise(numpy.sqrt(ax), want)) for _ in range(100)]
-        assert ways.count("whole") == 1 and ways.index("whole") == 63  # one in 64
+        assert pace["left"] == 0 and pace["skip"] == 1 and pace["kept"] == 1
+        ways = "".join(_ways(key, lambda: _bitwise(numpy.sqrt(ax), want))[0]
+                       for _ in range(100))
+        # 64 runs after the one kept (four of them above), two run whole (the first not
+        # kept, right after a split)
+        assert ways == "s" * 60 + "ww" + "s" * 38, ways
+        assert _loopmode._loops.pace(slot, n)["kept"] == 2
     _loopmode.pacing(False)
