@@ -1,6 +1,7 @@
 """fastmath's native runtime (fastmath/dispatch/_runtime.c) as a program meets it.
 
     python bench/runtime.py [--rounds 9] [--busy] [--sections cost,split,idle,blas,rows]
+                            [--sizes 1e4,1e5,1e6,1e7]
 
 - cost: the fixed cost of a parallel call with nothing to do, its workers warm (calls
   back to back) and parked (calls further apart than the workers' spin).
@@ -131,7 +132,7 @@ def split(args):
     for name in ("exp", "log"):
         ref = getattr(np, name)
         fm = getattr(fastmath, name)
-        for n in (10**4, 10**5, 10**6, 10**7):
+        for n in args.sizes:
             x = rng.uniform(0.1, 10, n)
             for f in (fm,):
                 with fastmath.backend("numpy"):
@@ -139,7 +140,7 @@ def split(args):
             # the backend is chosen, and the loop mode's slots installed, around their
             # columns only
             columns = {"numpy": lambda: ref(x), "backend": lambda: fm(x), "loops": lambda: ref(x)}
-            if n == 10**7:
+            if n >= 10**7:
                 columns["copy"] = lambda: _copy2(x)
             times = rounds_of(columns, args.rounds, {"loops": _loop_mode,
                                                      "backend": lambda: fastmath.backend("numpy")})
@@ -284,7 +285,15 @@ def main(argv=None):
     p.add_argument("--busy", action="store_true", help="another process busy on one core")
     p.add_argument("--sections", default="cost,split,bursts,idle,blas,rows",
                    help=f"comma-separated, of: {', '.join(SECTIONS)}")
+    p.add_argument("--sizes", default="1e4,1e5,1e6,1e7",
+                   help="the split section's sizes, comma-separated (1e4, 30000, ...)")
     args = p.parse_args(argv)
+    try:
+        args.sizes = [int(float(v)) for v in args.sizes.split(",")]
+    except ValueError:
+        p.error(f"--sizes: comma-separated element counts, not {args.sizes!r}")
+    if any(n < 1 for n in args.sizes):
+        p.error(f"--sizes: element counts from 1, not {args.sizes}")
     wanted = args.sections.split(",")
     bad = [s for s in wanted if s not in SECTIONS]
     if bad:
