@@ -15,6 +15,10 @@
   program's calls come in bursts: after a pause the workers have parked, and one woken
   beside its caller on the caller's CPU moves off it), NumPy's and the numpy backend's.
 - idle: the CPU time the process uses in the second after a burst of calls.
+- changes: exp of 10^4 float64 under the loop mode, the pacing's trace of 1000 calls a
+  round: the median time of a split and of a whole run by how the run before it ran (at a
+  change of way the output's lines move between the cores' caches: the pacing times each
+  way after its own kind).
 - crossover: for NumPy's own one-argument functions whose calibration row runs the numpy
   backend, the smallest size from which the numpy backend (through fastmath's front end,
   as ``auto`` runs it) is at least 1.05x NumPy's own call at that size and every larger
@@ -275,8 +279,29 @@ def crossover(args):
             print(f"{name:10} {dtype:8} from {at}  ({shown})")
 
 
+def changes(args):
+    print("\n## a split or a whole run, by how the run before it ran (the loop mode, the "
+          "pacing's trace)")
+    x = np.random.default_rng(0).uniform(0.1, 10, 10**4)
+    with fastmath.patch(mode="loops"):
+        for _ in range(300):
+            np.exp(x)
+        _runtime.trace(True)
+        for _ in range(1000 * args.rounds):
+            np.exp(x)
+        events = _runtime.trace(False)
+    # kind 0 a run kept whole, 1 a split, 2 a whole run right after a split (not kept)
+    ways = {}
+    for before, e in zip(events, events[1:]):
+        key = ("split" if e[0] == 1 else "whole") + " after " + (
+            "a split" if before[0] == 1 else "a whole run")
+        ways.setdefault(key, []).append(e[3] * 1e-3)
+    print(f"exp of 10^4 float64, {len(events)} runs: " + "; ".join(
+        f"{k} {statistics.median(v):.1f} us (x{len(v)})" for k, v in sorted(ways.items())))
+
+
 SECTIONS = {"cost": cost, "split": split, "bursts": bursts, "idle": idle, "blas": blas,
-            "rows": rows, "crossover": crossover}
+            "rows": rows, "crossover": crossover, "changes": changes}
 
 
 def main(argv=None):
