@@ -3,19 +3,20 @@ the runtime's yield (docs/backends.md), and with one thread, the function patch,
 fastmath's functions called in NumPy's place, against plain NumPy.
 
 A program that mixes matrix products with elementwise math, on a machine where another
-process keeps a core busy, has more threads wanting CPU than there are cores: its
-caller, BLAS's thread, the runtime's worker. This times such programs in interleaved
-rounds in one process, plain and under ``fastmath.patch(mode="loops")`` three ways: as
-shipped (``loops``), with the yield off (``set_yield(0)``: split whenever the pacing says
-so) and with one thread (nothing splits); under ``fastmath.patch()`` (``patch``: NumPy's
-functions replaced by fastmath's, ``auto``); and, for the built-in softmax, with its
-``np.exp`` fastmath's as ``import fastmath as np`` has it (``as np``). For each it prints the median time, the median
-of the rounds' ratios plain / mode with every round's ratio, and per fit what the
-process's threads ran and waited runnable (``/proc/self/task/*/schedstat``: the caller,
-the runtime's workers, and every other thread: BLAS's), the last look of the yield
-(``others``, ``foreign``, ``share``, ``free``: see ``_runtime.set_yield``) and how many times it
-yielded. A program's plain time is bimodal on such a machine (where the scheduler leaves
-BLAS's woken thread decides it): judge by 20 rounds or more. Report the load average.
+process keeps a core busy, has more threads wanting CPU than there are cores: its caller,
+BLAS's thread, the runtime's worker. This times such programs in interleaved rounds in one
+process, plain and under ``fastmath.patch(mode="loops")`` three ways: as shipped
+(``loops``), with the yield off (``set_yield(0)``: split whenever the pacing says so) and
+with one thread (nothing splits); under ``fastmath.patch()`` (``patch``: NumPy's functions
+replaced by fastmath's, ``auto``); and, for the built-in softmax, with its ``np.exp``
+fastmath's as ``import fastmath as np`` has it (``as np``). For each it prints the median
+time, the median of the rounds' ratios plain / mode with every round's ratio, and per fit
+what the process's threads ran and waited runnable (``/proc/self/task/*/schedstat``: the
+caller, the runtime's workers, and every other thread: BLAS's), the last look of the yield
+(``others``, ``foreign``, ``share``, ``free``: see ``_runtime.set_yield``) and how many
+times it yielded. A program's plain time is bimodal on such a machine (where the scheduler
+leaves BLAS's woken thread decides it): judge by 20 rounds or more. Report the load
+average.
 
 python bench/busy_workloads.py [--only Gaussian Logit softmax] [--rounds 20] [--idle]
 

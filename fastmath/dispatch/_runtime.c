@@ -30,9 +30,9 @@
  * losing, up to MOST_PAUSE, halving when one wins), and one call in SAMPLE runs whole to
  * keep that time. Each way is timed as it runs after its own kind: the first run whole
  * after a split is not kept, nor the first split after a run kept whole counted lost
- * (the output's lines moving between cores, fm_kept). A split that had to wake a parked worker is not counted a loss: the
- * wake-up is no sign of a busy core (unless the runtime parked it on purpose, below); nor
- * is one begun while another library's threads
+ * (the output's lines moving between cores, fm_kept). A split that had to wake a parked
+ * worker is not counted a loss: the wake-up is no sign of a busy core (unless the runtime
+ * parked it on purpose, below); nor is one begun while another library's threads
  * still spin after their own call (foreign(): torch's OpenMP workers spin for a fraction of
  * a millisecond, and the next split or two beside them lost, then paused every later
  * call of that kernel and length although the cores were free again). A split that no
@@ -728,9 +728,10 @@ static unsigned fm_one_thread_ps(fm_pace *pace)
  * unless the run before it was a split. Then the lines of the output the split's other
  * threads wrote (a call's output is often the buffer the last call of its size freed)
  * come back to this core, which is the price of the change, not of a run kept whole: exp
- * on 10^4 float64 ran whole in 13.9 us after a split and 6.5 us after a whole run (the
- * split in 4.3 us after a split, 13 us after a whole run; Intel Xeon, 2 threads). Such a
- * run is not kept, and a sample runs whole once more (`since` goes on). */
+ * on 10^4 float64 ran whole in 9.2-13.6 us after a split and 6.3-6.4 us after a whole
+ * run, split in 4.1-4.5 us after a split and 7.3-17.9 us after a whole run
+ * (bench/runtime.py --sections changes; Intel Xeon, 2 threads). Such a run is not kept,
+ * and a sample runs whole once more (`since` goes on). */
 static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
 {
     KEEP_FLAGS_BEGIN
@@ -852,10 +853,10 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     int skip = atomic_load_explicit(&pace->skip, memory_order_relaxed);
     skip = skip < 1 ? 1 : skip;
     /* the splits' moving average: a split lost to the whole runs only where it and that
-     * average took a twentieth longer than they do. A split's time has a long tail (exp on 10^4
-     * float64, split after split: median 4.7 us, a quarter over 6.5, whole 6.5 us; Intel
-     * Xeon, 2 threads): judged one by one, a fifth of the splits lost, each loss costing
-     * a pause and two changes of way (13 us each: fm_kept), and the split calls ran
+     * average took a twentieth longer than they do. A split's time has a long tail (exp
+     * on 10^4 float64, split after split: median 4.7 us, a quarter over 6.5, whole 6.5
+     * us; Intel Xeon, 2 threads): judged one by one, a fifth of the splits lost, each
+     * loss costing a pause and two changes of way (fm_kept), and the split calls ran
      * slower than whole ones. A split counts at most three times the average (one of
      * 35-60 us in a few thousand, a descheduled thread's, lost alone); a busy core's
      * splits still move it within two to four; a fast split after a slow spell wins. */
