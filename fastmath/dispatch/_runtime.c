@@ -254,6 +254,17 @@ static long long workers_cpu_ns(void)
     return sum;
 }
 
+/* the CPUs this process may use (its affinity), or those online */
+static int default_threads(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        return CPU_COUNT(&set);
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 /* A split found its worker shut out at `now`, or the calls run whole so far have run
  * out their time: whether the machine is oversubscribed, over the span since this thread
  * last looked (from YIELD_SPAN_NS to a second); if so, calls run whole for yield_ns (a
@@ -279,9 +290,7 @@ static void consider_yield(long long now)
         double foreign = (mine - (double)(caller - usage_then.caller)
                           - (double)(workers - usage_then.workers)) / (double)span;
         double share = (double)(splittable - usage_then.splittable) / (double)span;
-        cpu_set_t set;
-        int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-        double free = (double)cpus - others - foreign - 1.0;
+        double free = (double)default_threads() - others - foreign - 1.0;
         looked[0] = others, looked[1] = foreign, looked[2] = share, looked[3] = free;
         if (others >= yield_others && foreign >= yield_foreign
             && (share < yield_share || free < yield_free)) {
@@ -507,16 +516,6 @@ static void after_fork_in_child(void)
 
 static void register_atfork(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
 
-static int default_threads(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-        return CPU_COUNT(&set);
-    }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 /* workers wanted: start any missing; how many run */
 static int ensure_workers(int wanted)
 {
@@ -668,6 +667,12 @@ static TraceEvent *trace_ring = NULL;
 static atomic_int tracing = 0;
 static atomic_ulong traced = 0;
 
+/* a time per element in picoseconds as a record keeps it: rounded, from 1 to 4e9 */
+static unsigned ps_kept(double ps)
+{
+    return ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)(ps + 0.5);
+}
+
 /* n elements at `ps` picoseconds each (a record's whole-run time per element), in ns */
 static long long ps_times(unsigned ps, intptr_t n)
 {
@@ -740,21 +745,20 @@ static void fm_kept(fm_pace *paces, intptr_t n, long long ns)
     if (atomic_exchange_explicit(&pace->last, FM_RAN_WHOLE, memory_order_relaxed)
         == FM_RAN_SPLIT) {
         trace_event(2, pace, n, ns, -1, 0, 0, 0, 0);
-        clear_raised(ERRORS & ~kept_flags_);
-        return;
     }
-    double ps = ns * 1e3 / (double)(n > 0 ? n : 1);
-    unsigned v = ps < 1.0 ? 1u : ps > 4e9 ? 4000000000u : (unsigned)(ps + 0.5);
-    unsigned was = fm_one_thread_ps(pace);
-    int every = atomic_load_explicit(&pace->every, memory_order_relaxed);
-    every = was > 0 && 8.0 * fabs((double)v - was) <= was
-            ? (every < SAMPLE ? SAMPLE : every < SAMPLE_MOST ? 2 * every : SAMPLE_MOST)
-            : SAMPLE;
-    atomic_store_explicit(&pace->every, every, memory_order_relaxed);
-    int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
-    atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
-    atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
-    trace_event(0, pace, n, ns, -1, 0, 0, 0, 0);
+    else {
+        unsigned v = ps_kept(ns * 1e3 / (double)(n > 0 ? n : 1));
+        unsigned was = fm_one_thread_ps(pace);
+        int every = atomic_load_explicit(&pace->every, memory_order_relaxed);
+        every = was > 0 && 8.0 * fabs((double)v - was) <= was
+                ? (every < SAMPLE ? SAMPLE : every < SAMPLE_MOST ? 2 * every : SAMPLE_MOST)
+                : SAMPLE;
+        atomic_store_explicit(&pace->every, every, memory_order_relaxed);
+        int k = atomic_fetch_add_explicit(&pace->kept, 1, memory_order_relaxed);
+        atomic_store_explicit(&pace->whole[k % FM_KEEP], v, memory_order_relaxed);
+        atomic_store_explicit(&pace->since, 0, memory_order_relaxed);
+        trace_event(0, pace, n, ns, -1, 0, 0, 0, 0);
+    }
     KEEP_FLAGS_END
 }
 
@@ -863,8 +867,7 @@ static void fm_judge(fm_pace *paces, intptr_t n, long long wall, long long alone
     double this_ps = (double)wall * 1000.0 / (double)(n > 0 ? n : 1);
     unsigned avg = atomic_load_explicit(&pace->split, memory_order_relaxed);
     if (!after_whole) { /* the change of way's cost is not the split's (fm_kept) */
-        double a = avg ? avg + (fmin(this_ps, 3.0 * avg) - avg) / SPLIT_AVERAGE : this_ps;
-        avg = a < 1.0 ? 1u : a > 4e9 ? 4000000000u : (unsigned)(a + 0.5);
+        avg = ps_kept(avg ? avg + (fmin(this_ps, 3.0 * avg) - avg) / SPLIT_AVERAGE : this_ps);
         atomic_store_explicit(&pace->split, avg, memory_order_relaxed);
     }
     int lost = (alone >= 0 && wall * 100 > alone * 105)
