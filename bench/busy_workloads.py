@@ -80,16 +80,15 @@ def schedstat():
 
 
 def timed(mode, fn, state):
-    if mode in ("plain", "as np", "patch"):
-        t = time.perf_counter()
-        if mode == "as np":
-            fn(state, fastmath)
-        elif mode == "patch":
-            with fastmath.patch():
-                t = time.perf_counter()
-                fn(state)
-        else:
+    if mode == "patch":
+        with fastmath.patch():
+            t = time.perf_counter()
             fn(state)
+            return time.perf_counter() - t
+    if mode in ("plain", "as np"):
+        namespace = (fastmath,) if mode == "as np" else ()  # `import fastmath as np`'s
+        t = time.perf_counter()
+        fn(state, *namespace)
         return time.perf_counter() - t
     threads = _runtime.threads()
     if mode == "one thread":
