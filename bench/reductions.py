@@ -1,10 +1,13 @@
-"""Reductions along rows and over the first axis: plain NumPy vs the loop mode.
+"""Reductions along rows, over the first axis and over every axis: plain NumPy vs the loop
+mode.
 
 NumPy's iterator calls a ufunc's loop once a row for ``x.sum(axis=1)`` and for
 ``x.sum(axis=0)`` of a C-contiguous array; for tall, narrow arrays (statistics' samples x
 features) that costs several times the loop's work. The loop mode makes the same calls from
 a plain C loop and splits them over the pool where that is NumPy's result bit for bit (see
-docs/loops.md). This times, per case, plain NumPy, the loop mode, and the loop mode on one
+docs/loops.md); a reduction over every axis (``x.sum()``) is one call of the loop, which
+the loop mode cuts along the pairwise sum's own tree (add) or into parts (maximum,
+minimum). This times, per case, plain NumPy, the loop mode, and the loop mode on one
 thread (the calls run whole: what the plain C loop alone gives), each as the median of a
 burst of calls, in interleaved rounds in one process; prints the medians over the rounds,
 plain's ratio to each, whether the results are bitwise NumPy's, and the load average.
@@ -38,6 +41,13 @@ CASES = [  # (shape, ufunc name, axis, dtype)
     ((4_000, 250), "add", 0, "float64"),
     ((1_000, 1_000), "maximum", 0, "float64"),
     ((16, 100_000), "add", 0, "float64"),
+    ((100_000,), "add", None, "float64"),  # over every axis: x.sum(), np.max(x)
+    ((1_000_000,), "add", None, "float64"),
+    ((10_000_000,), "add", None, "float64"),
+    ((1_000_000,), "add", None, "float32"),
+    ((2_000, 500), "add", None, "float64"),
+    ((1_000_000,), "maximum", None, "float64"),
+    ((10_000_000,), "minimum", None, "float32"),
 ]
 MODES = ("plain", "loops", "loops, one thread")
 
@@ -79,7 +89,8 @@ def main(argv=None) -> int:
         x = rng.standard_normal(shape).astype(dtype)
         plain = ufunc.reduce(x, axis=axis)
         with fastmath.patch(mode="loops"):
-            same = ufunc.reduce(x, axis=axis).tobytes() == plain.tobytes()
+            got = ufunc.reduce(x, axis=axis)
+            same = np.asarray(got).tobytes() == np.asarray(plain).tobytes()
             for _ in range(20):  # the pacing's first whole runs
                 ufunc.reduce(x, axis=axis)
         times = {m: [] for m in MODES}

@@ -10,9 +10,10 @@ native thread pool, every piece computed by the original loop, so results are Nu
 for bit; short runs call the original loop directly. A call NumPy cuts into rows (broadcast
 operands, strided views: each run a row long) is entered through the ufunc's own call,
 replaced too, and run by rows on the same pool. So is a reduction along rows
-(``np.sum(x, axis=1)``, ``x.max(axis=-1)``) or over the first axis (``x.sum(axis=0)``):
-``ufunc.reduce`` is replaced, and NumPy's loop is called as NumPy calls it, row by row,
-split only in ways found NumPy's bit for bit as the mode starts. ``np.place`` of long
+(``np.sum(x, axis=1)``, ``x.max(axis=-1)``), over the first axis (``x.sum(axis=0)``) or
+over every axis (``x.sum()``): ``ufunc.reduce`` is replaced, and NumPy's loop is called as
+NumPy calls it, row by row (over every axis: once, or on the leaves of add's own pairwise
+tree), split only in ways found NumPy's bit for bit as the mode starts. ``np.place`` of long
 contiguous arrays (scipy.stats' distributions fill their outputs with it) runs by blocks on
 the same pool: NumPy's ``place`` calls the C function its module holds, replaced while the
 mode is on.
@@ -243,6 +244,7 @@ def _take_reductions(ufunc, entry, probes, slots) -> None:
     if known is not None:
         _loops.set_reduce(entry, known[0][0], known[0][1], identity)
         _loops.set_reduce_cols(entry, *known[1])
+        _loops.set_reduce_full(entry, *known[2])
         return
     _loops.set_reduce(entry, -1, -1, identity)  # (the identity)
     ways = []
@@ -272,7 +274,16 @@ def _take_reductions(ufunc, entry, probes, slots) -> None:
             found = _way_to_split(ufunc, entry, which, ways[which], probes[dtype, 0])
         hows.append(found)
     _loops.set_reduce_cols(entry, hows[0], hows[1])
-    _found[ufunc, slots] = (tuple(ways), tuple(hows))
+    fulls = []
+    for which, dtype in enumerate((_np.float32, _np.float64)):
+        found = -1
+        if ways[which] >= 0:
+            if (dtype, None) not in probes:
+                probes[dtype, None] = _reduce_probes_full(dtype, probes[dtype])
+            found = _full_way(ufunc, entry, which, ways[which], probes[dtype, None])
+        fulls.append(found)
+    _loops.set_reduce_full(entry, fulls[0], fulls[1])
+    _found[ufunc, slots] = (tuple(ways), tuple(hows), tuple(fulls))
 
 
 # how a reduction over the first axis is split (fastmath/integrations/_loops.c, cols_call)
@@ -324,6 +335,67 @@ def _reduce_probes_first(dtype, along_rows) -> list:
     for shape in ((40, 24), (300, 10), (64, 129), (20, 200), (9, 300)):
         probes.append(rng.choice(special, shape))
     return probes
+
+
+# how a reduction over every axis is split (fastmath/integrations/_loops.c, full_call)
+_FULL_TREE, _FULL_PARTS = 0, 1
+
+
+def _full_way(ufunc, entry, which, way, probes) -> int:
+    """How a reduction over every axis by ``ufunc``'s loop ``which`` may be split with
+    NumPy's results bit for bit on every probe: _FULL_TREE (pairwise_sum's tree, cut into
+    2, 4, 8 and 64 leaves), else _FULL_PARTS (parts folded in order after, 2, 3, 7 and 64
+    of them), else -1 (NumPy keeps that reduction: the whole run, NumPy's one call, gains
+    nothing)."""
+    def same(how, units, p):
+        return (_np.asarray(_loops.reduce_full(entry, which, how, p, False, units)).tobytes()
+                == _np.asarray(ufunc.reduce(p, axis=None)).tobytes())
+
+    try:
+        with _np.errstate(all="ignore"):
+            if not all(same(-1, 1, p) for p in probes):
+                return -1
+            for how, cuts in ((_FULL_TREE, (2, 4, 8, 64)), (_FULL_PARTS, (2, 3, 7, 64))):
+                if how == _FULL_PARTS and way != 1:
+                    continue
+                if all(same(how, units, p) for p in probes for units in cuts
+                       if p.size >= 2 * units * (128 if how == _FULL_TREE else 1)):
+                    return how
+    except (TypeError, ValueError):
+        return -1
+    return -1
+
+
+def _reduce_probes_full(dtype, along_rows) -> list:
+    """Arrays a reduction over every axis shows its order on: random ones of many sizes
+    and shapes (a sum grouped otherwise rounds differently; values of many magnitudes),
+    and runs of special values drawn at random, where the grouping decides which zero or
+    which NaN comes out. ``along_rows``: _reduce_probes(dtype)."""
+    rng = _np.random.default_rng(9876)
+    probes = []
+    for n in (300, 1001, 1029, 4097, 10007, 65543):
+        probes.append((rng.standard_normal(n) * 10.0 ** rng.uniform(-4, 4, n)).astype(dtype))
+    probes += [rng.standard_normal(shape).astype(dtype)
+               for shape in ((1000, 7), (129, 33), (40, 5, 17))]
+    pairs = along_rows[-2]
+    special = pairs[:, 0][::int(round(len(pairs) ** 0.5))]  # the special values
+    for n in (260, 2000, 5000):
+        probes.append(rng.choice(special, n))
+        mixed = rng.standard_normal(n).astype(dtype)
+        mixed[rng.random(n) < 0.02] = rng.choice(special, 1)[0]
+        probes.append(mixed)
+    for v in (0.0, -0.0):
+        probes.append(_np.full(3000, v, dtype))
+    return probes
+
+
+def full_reductions() -> int:
+    """How many reductions over every axis (``x.sum()``, ``np.max(x)``, a 1-d array's
+    ``np.add.reduce(x)``) the loop mode has taken since the process started (see
+    ``_full_way``)."""
+    if _loops is None:
+        raise RuntimeError(f"fastmath's loop mode is unavailable: {_why_not}")
+    return _loops.reduced_full()
 
 
 def reductions() -> int:

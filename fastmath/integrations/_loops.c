@@ -53,6 +53,7 @@ typedef struct {
     fm_pace rows[FM_BUCKETS]; /* the same for whole calls split by rows (rows_call) */
     fm_pace reduce[FM_BUCKETS]; /* the same for reductions along rows (reduce_call) */
     fm_pace cols[FM_BUCKETS];   /* the same for reductions over the first axis (cols_call) */
+    fm_pace full[FM_BUCKETS];   /* the same for reductions over every axis (full_call) */
 } Slot;
 
 /* All a short run reads, in one 16-byte cell apart from the Slot: the short path touches
@@ -267,6 +268,9 @@ typedef struct {
     /* over the first axis (cols_call): -1, not taken; else the ways a reduction by that
      * loop may be split, bits 1 << COLS_BLOCKS and 1 << COLS_PARTS (set_reduce_cols) */
     int cols_how[2];
+    /* over every axis (full_call): -1, not taken; else FULL_TREE or FULL_PARTS, the way a
+     * reduction by that loop is split (set_reduce_full) */
+    int full_how[2];
     double identity;
 } Call;
 
@@ -1141,6 +1145,7 @@ static PyObject *py_replace_call(PyObject *self, PyObject *args)
     c->least = NPY_MAX_INTP;
     c->reduce_way[0] = c->reduce_way[1] = -1; /* until set_reduce says */
     c->cols_how[0] = c->cols_how[1] = -1;     /* until set_reduce_cols says */
+    c->full_how[0] = c->full_how[1] = -1;     /* until set_reduce_full says */
     for (int w = 0; w < 2; w++) {
         c->slot[w] = sl[w];
         c->out_type[w] = out_type[w];
@@ -1208,6 +1213,7 @@ static PyObject *no_value = NULL;      /* np._NoValue: initial= not given */
 static PyObject *reduce_name = NULL;   /* "reduce", for the FP error report */
 static atomic_ulong reduced = 0;       /* reductions along rows taken (for tests and reports) */
 static atomic_ulong cols_reduced = 0;  /* reductions over the first axis taken */
+static atomic_ulong full_reduced = 0;  /* reductions over every axis taken */
 
 /* An accumulator of w items started as NumPy starts it: `way` 1, from the first values
  * (w at `first`); 0, at `identity`, in the items' type (float32 or float64). */
@@ -1450,6 +1456,225 @@ static PyObject *cols_call(Call *c, PyArrayObject *a, int which, int keepdims, i
     return done;
 }
 
+/* ---- reductions over every axis ---------------------------------------------------- */
+
+/* ufunc.reduce over every axis of a C-contiguous array (x.sum(), np.mean(x), np.max(x),
+ * a 1-d array's np.add.reduce(x)): NumPy's iterator makes one call of the loop over all n
+ * elements, loop(out, x + way, out) with steps (0, item, 0), out started as a row is
+ * started above (the identity, or the first element; one call of 10^7 float64 elements,
+ * add: 2.5 ms on one thread). Split over the pool in one of two ways, each allowed for a
+ * ufunc and type only where the loop mode found its results NumPy's bit for bit as it
+ * started (fastmath/integrations/_loopmode.py, _full_way):
+ * - FULL_TREE (add): NumPy's add loop sums in pairs (pairwise_sum, numpy/_core/src/umath/
+ *   loops_utils.h.src): a run of more than 128 elements is the sum of its two halves, the
+ *   first n/2 long rounded down to a multiple of 8. The run is cut along that same tree
+ *   into 2^depth leaves, each summed by NumPy's loop into an accumulator begun at -0.0
+ *   (which leaves every sum as it is, signed zeros included), and the leaves' sums are
+ *   added up the tree as NumPy's recursion adds them, then to the start.
+ * - FULL_PARTS (maximum, minimum, fmax, fmin): the run in parts, each folded from its
+ *   first element by the loop, the parts' results then folded into the first in order
+ *   (their result is one of the values, picked by one rule whatever the grouping).
+ * Run whole, it is NumPy's one call. */
+enum { FULL_TREE = 0, FULL_PARTS = 1 };
+#ifndef FULL_FROM
+#define FULL_FROM 32768    /* elements: below, NumPy's call */
+#endif
+#define FULL_MOST 256      /* leaves or parts at most */
+#define FULL_PAIRWISE 128  /* pairwise_sum's block: a longer run is cut in two */
+
+typedef struct {
+    PyUFuncGenericFunction loop;
+    void *data;
+    char *in, *out;           /* out: the 0-d (or keepdims) result */
+    npy_intp n, item;         /* the array's n elements of item bytes */
+    npy_intp units;           /* leaves or parts */
+    npy_intp at[FULL_MOST + 1]; /* unit u: elements [at[u], at[u + 1]) */
+    union { double d[FULL_MOST]; float f[FULL_MOST]; } acc; /* a unit's result */
+    int how, way, one_by_one;
+    double identity;
+    atomic_int parted;        /* a unit ran alone: the results to join (full_join) */
+} Full;
+
+/* the leaves of pairwise_sum's tree over elements [from, from + m), `depth` levels down,
+ * in order, into r->at from index *k; 0 where a node to cut is not longer than a block */
+static int full_leaves(Full *r, npy_intp from, npy_intp m, int depth, npy_intp *k)
+{
+    if (depth == 0) {
+        r->at[(*k)++] = from;
+        return 1;
+    }
+    if (m <= FULL_PAIRWISE) {
+        return 0;
+    }
+    npy_intp half = m / 2;
+    half -= half % 8;
+    return full_leaves(r, from, half, depth - 1, k)
+           && full_leaves(r, from + half, m - half, depth - 1, k);
+}
+
+/* the job's loop: units [u0, u0 + count); all of them at once (the call run whole) is
+ * NumPy's one call */
+static void full_units(char **args, intptr_t const *count, intptr_t const *steps, void *data)
+{
+    Full *r = data;
+    npy_intp u0 = args[0] - r->out; /* (items of one byte from the output's start) */
+    npy_intp st[3] = {0, r->item, 0};
+    if (u0 == 0 && *count >= r->units && !r->one_by_one) {
+        npy_intp m = r->n - r->way;
+        start_acc(r->out, r->in, 1, r->item, r->way, r->identity);
+        char *a[3] = {r->out, r->in + r->way * r->item, r->out};
+        r->loop(a, &m, st, r->data);
+        return;
+    }
+    for (npy_intp u = u0; u < u0 + *count; u++) {
+        char *acc = r->item == 8 ? (char *)&r->acc.d[u] : (char *)&r->acc.f[u];
+        char *first = r->in + r->at[u] * r->item;
+        npy_intp m = r->at[u + 1] - r->at[u];
+        if (r->how == FULL_TREE) {
+            if (r->item == 8) {
+                r->acc.d[u] = -0.0;
+            }
+            else {
+                r->acc.f[u] = -0.0f;
+            }
+        }
+        else {
+            memcpy(acc, first, r->item); /* (a part begins at its first element) */
+            first += r->item;
+            m -= 1;
+        }
+        char *a[3] = {acc, first, acc};
+        r->loop(a, &m, st, r->data);
+    }
+    atomic_store_explicit(&r->parted, 1, memory_order_relaxed);
+}
+
+/* after a split: the units' results joined into the output as NumPy's one call joins them */
+static void full_join(void *data)
+{
+    Full *r = data;
+    if (!atomic_load_explicit(&r->parted, memory_order_relaxed)) {
+        return;
+    }
+    if (r->how == FULL_PARTS) {
+        npy_intp st[3] = {0, r->item, 0}, m = r->units - 1;
+        memcpy(r->out, r->item == 8 ? (char *)r->acc.d : (char *)r->acc.f, r->item);
+        char *a[3] = {r->out, (r->item == 8 ? (char *)r->acc.d : (char *)r->acc.f)
+                              + r->item, r->out};
+        if (m > 0) {
+            r->loop(a, &m, st, r->data);
+        }
+        return;
+    }
+    for (npy_intp u = 0; u < r->units; u++) {
+        if (r->item == 8 ? r->acc.d[u] != r->acc.d[u] : r->acc.f[u] != r->acc.f[u]) {
+            /* A leaf's sum is a NaN: which NaN comes out of two meeting in a sum is the
+             * first operand's, and which operand is first in NumPy's recursion is its
+             * compiler's choice. NumPy's one call then, as run whole (its FP flags are
+             * the leaves' and the tree's: the same additions). */
+            npy_intp st[3] = {0, r->item, 0}, m = r->n - r->way;
+            start_acc(r->out, r->in, 1, r->item, r->way, r->identity);
+            char *a[3] = {r->out, r->in + r->way * r->item, r->out};
+            r->loop(a, &m, st, r->data);
+            return;
+        }
+    }
+    for (npy_intp w = r->units; w > 1; w /= 2) { /* up the tree: a node, its halves' sum */
+        for (npy_intp i = 0; i < w / 2; i++) {
+            if (r->item == 8) {
+                r->acc.d[i] = r->acc.d[2 * i] + r->acc.d[2 * i + 1];
+            }
+            else {
+                r->acc.f[i] = r->acc.f[2 * i] + r->acc.f[2 * i + 1];
+            }
+        }
+    }
+    start_acc(r->out, r->in, 1, r->item, r->way, r->identity);
+    if (r->item == 8) {
+        *(double *)r->out += r->acc.d[0];
+    }
+    else {
+        *(float *)r->out += r->acc.f[0];
+    }
+}
+
+/* The reduction of a over every axis by c's loop `which`, split `how` (or run whole: how
+ * -1), or NULL with an error set; `units` > 0: that many leaves (a power of two) or
+ * parts, run one by one in this thread (the loop mode's check of a way to split). Returns
+ * NumPy's scalar, or with keepdims an array of ones in every dimension. */
+static PyObject *full_call(Call *c, PyArrayObject *a, int which, int keepdims, int how,
+                           npy_intp units)
+{
+    Slot *s = &slots[c->slot[which]];
+    npy_intp shape[NPY_MAXDIMS];
+    for (int k = 0; k < PyArray_NDIM(a); k++) {
+        shape[k] = 1;
+    }
+    if (reduce_name == NULL && (reduce_name = PyUnicode_FromString("reduce")) == NULL) {
+        return NULL;
+    }
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(
+        keepdims ? PyArray_NDIM(a) : 0, shape, PyArray_TYPE(a));
+    if (out == NULL) {
+        return NULL;
+    }
+    PyUFuncObject *uf = (PyUFuncObject *)c->ufunc;
+    Full *r = PyMem_RawMalloc(sizeof(Full));
+    if (r == NULL) {
+        Py_DECREF(out);
+        return PyErr_NoMemory();
+    }
+    r->loop = s->original;
+    r->data = uf->data[s->where - uf->functions];
+    r->in = PyArray_BYTES(a);
+    r->out = PyArray_BYTES(out);
+    r->n = PyArray_SIZE(a);
+    r->item = PyArray_ITEMSIZE(a);
+    r->way = c->reduce_way[which];
+    r->identity = c->identity;
+    r->how = how;
+    r->one_by_one = units > 0;
+    r->units = 1;
+    r->at[0] = how == FULL_TREE ? r->way : 0;
+    r->at[1] = r->n;
+    atomic_init(&r->parted, 0);
+    int threads = rt->threads();
+    if (how >= 0 && (units > 0 || threads > 1)) {
+        /* units about FM_PIECE_BYTES each, four a thread at least, FULL_MOST at most */
+        npy_intp want = units > 0 ? units : r->n * r->item / FM_PIECE_BYTES;
+        want = units > 0 || want >= 4 * threads ? want : 4 * threads;
+        want = want < FULL_MOST ? want : FULL_MOST;
+        if (how == FULL_TREE) {
+            npy_intp m = r->n - r->way, k = 0;
+            int depth = 0;
+            while (((npy_intp)2 << depth) <= want) {
+                depth++;
+            }
+            while (depth > 0 && !(k = 0, full_leaves(r, r->way, m, depth, &k))) {
+                depth--; /* (a node not longer than a block: a shallower tree) */
+            }
+            if (depth == 0) {
+                r->at[0] = r->way;
+            }
+            r->units = (npy_intp)1 << depth;
+            r->at[r->units] = r->n;
+        }
+        else {
+            npy_intp p = (r->n + want - 1) / want;
+            p = units > 0 ? p : (p + 63) & ~(npy_intp)63; /* parts start 64-element aligned */
+            r->units = (r->n + p - 1) / p;
+            for (npy_intp u = 0; u < r->units; u++) {
+                r->at[u] = u * p;
+            }
+            r->at[r->units] = r->n;
+        }
+    }
+    PyObject *done = run_job(s, s->full, full_units, r, 1, r->units, 1,
+                             units == 0 && r->units > 1, reduce_name, out, r->n, full_join);
+    PyMem_RawFree(r);
+    return done == NULL ? NULL : PyArray_Return((PyArrayObject *)done);
+}
+
 /* NumPy's ufunc.reduce(array, axis=0, dtype=None, out=None, keepdims=False, initial=<no
  * value>, where=True), taken here where reduce_call can make it (see above). */
 static PyObject *fm_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -1461,7 +1686,7 @@ static PyObject *fm_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     PyArrayObject *a = (PyArrayObject *)args[0];
     int d = PyArray_NDIM(a), t = PyArray_TYPE(a);
-    if (d < 2 || (t != NPY_FLOAT && t != NPY_DOUBLE) || !PyArray_IS_C_CONTIGUOUS(a)
+    if (d < 1 || (t != NPY_FLOAT && t != NPY_DOUBLE) || !PyArray_IS_C_CONTIGUOUS(a)
             || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a)
             || PyArray_SIZE(a) < REDUCE_FROM) {
         goto numpy;
@@ -1497,25 +1722,40 @@ static PyObject *fm_reduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
         given[at] = args[nargs + k];
     }
     PyObject *axis = given[1];
-    if (axis != NULL && !PyLong_CheckExact(axis)) {
-        goto numpy; /* None, a tuple, a bool or an index type: NumPy's */
-    }
-    long ax = axis == NULL ? 0 : PyLong_AsLong(axis); /* (axis 0 by default) */
-    if (ax == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        goto numpy;
-    }
-    int last = ax == -1 || ax == d - 1; /* else the first: ax 0 or -d */
-    if (last ? PyArray_DIM(a, d - 1) < 2 || PyArray_SIZE(a) / PyArray_DIM(a, d - 1) < REDUCE_ROWS
-             : (ax != 0 && ax != -d) || c->cols_how[which] < 0
-               || PyArray_DIM(a, 0) < REDUCE_ROWS || PyArray_SIZE(a) / PyArray_DIM(a, 0) < 2) {
-        goto numpy; /* (one column: NumPy's iterator drops the other axes and sums in pairs) */
+    int full = axis == Py_None; /* over every axis (a 1-d array's over its one axis too) */
+    long ax = 0;
+    if (!full) {
+        if (axis != NULL && !PyLong_CheckExact(axis)) {
+            goto numpy; /* a tuple, a bool or an index type: NumPy's */
+        }
+        ax = axis == NULL ? 0 : PyLong_AsLong(axis); /* (axis 0 by default) */
+        if (ax == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto numpy;
+        }
+        full = d == 1 && (ax == 0 || ax == -1);
     }
     if ((given[2] != NULL && given[2] != Py_None) || (given[3] != NULL && given[3] != Py_None)
             || (given[4] != NULL && given[4] != Py_True && given[4] != Py_False)
             || (given[5] != NULL && given[5] != no_value)
             || (given[6] != NULL && given[6] != Py_True)) {
         goto numpy;
+    }
+    if (full) {
+        if (c->full_how[which] < 0 || PyArray_SIZE(a) < FULL_FROM) {
+            goto numpy;
+        }
+        atomic_fetch_add_explicit(&full_reduced, 1, memory_order_relaxed);
+        return full_call(c, a, which, given[4] == Py_True, c->full_how[which], 0);
+    }
+    if (d < 2) {
+        goto numpy; /* (NumPy's error for an axis out of range) */
+    }
+    int last = ax == -1 || ax == d - 1; /* else the first: ax 0 or -d */
+    if (last ? PyArray_DIM(a, d - 1) < 2 || PyArray_SIZE(a) / PyArray_DIM(a, d - 1) < REDUCE_ROWS
+             : (ax != 0 && ax != -d) || c->cols_how[which] < 0
+               || PyArray_DIM(a, 0) < REDUCE_ROWS || PyArray_SIZE(a) / PyArray_DIM(a, 0) < 2) {
+        goto numpy; /* (one column: NumPy's iterator drops the other axes and sums in pairs) */
     }
     if (!last) { /* blocks where there are columns enough, else parts, else whole */
         int ways = c->cols_how[which];
@@ -1681,6 +1921,69 @@ static PyObject *py_reduce_cols(PyObject *self, PyObject *args)
         return NULL;
     }
     return cols_call(&calls[i], a, which, keepdims, how, how < 0 ? 0 : units);
+}
+
+/* set_reduce_full(entry, how32, how64): how a reduction over every axis by the call entry's
+ * float32 and float64 loops is split (FULL_TREE, FULL_PARTS; -1: not taken) */
+static PyObject *py_set_reduce_full(PyObject *self, PyObject *args)
+{
+    int i, h[2];
+    if (!PyArg_ParseTuple(args, "iii", &i, &h[0], &h[1])) {
+        return NULL;
+    }
+    if (i < 0 || i >= ncalls || h[0] < -1 || h[0] > 1 || h[1] < -1 || h[1] > 1) {
+        PyErr_SetString(PyExc_ValueError, "no such call entry, or a way not -1, 0 or 1");
+        return NULL;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (h[k] >= 0 && calls[i].reduce_way[k] < 0) {
+            PyErr_SetString(PyExc_ValueError, "set_reduce first: how NumPy starts a row");
+            return NULL;
+        }
+        if (h[k] == FULL_PARTS && calls[i].reduce_way[k] != 1) {
+            PyErr_SetString(PyExc_ValueError, "parts need an accumulator begun at a value");
+            return NULL;
+        }
+    }
+    calls[i].full_how[0] = h[0];
+    calls[i].full_how[1] = h[1];
+    Py_RETURN_NONE;
+}
+
+/* reduce_full(entry, which, how, array, keepdims, units) -> what full_call makes of array,
+ * cut `how` (-1: run whole) into `units` leaves (a power of two) or parts, run one by one
+ * in this thread: for the loop mode's check of a way to split */
+static PyObject *py_reduce_full(PyObject *self, PyObject *args)
+{
+    int i, which, how, keepdims;
+    Py_ssize_t units;
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "iiiOpn", &i, &which, &how, &obj, &keepdims, &units)) {
+        return NULL;
+    }
+    if (i < 0 || i >= ncalls || which < 0 || which > 1 || calls[i].slot[which] < 0
+            || calls[i].reduce_way[which] < 0 || how < -1 || how > 1 || units < 1
+            || units > FULL_MOST || (how == FULL_TREE && (units & (units - 1)))
+            || (how == FULL_PARTS && calls[i].reduce_way[which] != 1)) {
+        PyErr_SetString(PyExc_ValueError, "no such reducing loop, a way not -1, 0 or 1, or "
+                        "units not within 1 to 256 (leaves: a power of two)");
+        return NULL;
+    }
+    PyArrayObject *a = (PyArrayObject *)obj;
+    if (!PyArray_CheckExact(obj) || PyArray_NDIM(a) < 1
+            || PyArray_TYPE(a) != (which ? NPY_DOUBLE : NPY_FLOAT)
+            || !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)
+            || PyArray_SIZE(a) < units + calls[i].reduce_way[which]) {
+        PyErr_SetString(PyExc_ValueError, "a C-contiguous array of the loop's type with "
+                        "elements enough for the units");
+        return NULL;
+    }
+    return full_call(&calls[i], a, which, keepdims, how, how < 0 ? 0 : units);
+}
+
+static PyObject *py_reduced_full(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromUnsignedLong(atomic_load(&full_reduced));
 }
 
 static PyObject *py_reduced_cols(PyObject *self, PyObject *noargs)
@@ -1884,6 +2187,12 @@ static PyMethodDef methods[] = {
      "reduce_cols(entry, which, how, array, keepdims, units) -> it, units run apart"},
     {"reduced_cols", py_reduced_cols, METH_NOARGS,
      "reduced_cols() -> reductions taken over the first axis"},
+    {"set_reduce_full", py_set_reduce_full, METH_VARARGS,
+     "set_reduce_full(entry, how32, how64): how a reduction over every axis splits"},
+    {"reduce_full", py_reduce_full, METH_VARARGS,
+     "reduce_full(entry, which, how, array, keepdims, units) -> full_call's result"},
+    {"reduced_full", py_reduced_full, METH_NOARGS,
+     "reduced_full() -> reductions taken over every axis"},
     {"whole_ns", py_whole_ns, METH_NOARGS, "whole_ns() -> ns of the runs left whole, reset"},
     {"place", py_place, METH_VARARGS,
      "place(arr, mask, vals) -> 2 (split) or 1 (whole), or None where it leaves the call to\n"

@@ -358,8 +358,7 @@ def test_numpys_reducing_functions_and_methods_take_the_rows():
 def test_other_reductions_are_left_to_numpy():
     x = _rows("float64", (30000, 6), False)
     out = numpy.empty(30000)
-    cases = [lambda: numpy.add.reduce(x, axis=0), lambda: numpy.add.reduce(x, axis=None),
-             lambda: numpy.add.reduce(x, axis=(1,)),
+    cases = [lambda: numpy.add.reduce(x, axis=0), lambda: numpy.add.reduce(x, axis=(1,)),
              lambda: numpy.add.reduce(x, axis=1, dtype=numpy.float32),
              lambda: numpy.add.reduce(x, axis=1, out=out).copy(),
              lambda: numpy.add.reduce(x, axis=1, initial=1.0),
@@ -368,7 +367,6 @@ def test_other_reductions_are_left_to_numpy():
              lambda: numpy.add.reduce(numpy.asfortranarray(x), axis=1),
              lambda: numpy.add.reduce(x[:10], axis=1),  # too small
              lambda: numpy.add.reduce(x.astype(numpy.int64), axis=1),
-             lambda: numpy.add.reduce(x.reshape(-1), axis=0),
              lambda: numpy.add.reduce(x.view(numpy.matrix), axis=1),
              lambda: numpy.subtract.reduce(x, axis=1),
              lambda: numpy.logaddexp.reduce(x, axis=1)]
@@ -407,7 +405,7 @@ def test_reductions_over_the_first_axis_are_numpys_bit_for_bit(name, dtype, spec
     ufunc = getattr(numpy, name)
     key = f"{name} {numpy.dtype(dtype).char * 2}->{numpy.dtype(dtype).char}"
     with fastmath.patch(mode="loops"):  # the ways the loop mode found for this loop
-        found = [hows[dtype == "float64"] for (f, _), (_, hows) in _loopmode._found.items()
+        found = [hows[dtype == "float64"] for (f, _), (_, hows, _) in _loopmode._found.items()
                  if f is ufunc]
     assert found[0] >= 0  # the whole run, NumPy's calls in NumPy's order, is always taken
     # splits where a way to split was found bitwise here (parts: the selecting ufuncs;
@@ -495,6 +493,136 @@ def test_a_reduction_reports_fp_errors_as_numpy_does(dtype, axis, shape):
                     fastmath.patch.stop("loops")
         assert seen[0] == seen[1]
         assert "overflow encountered in reduce" in str(seen[0])
+
+
+# --- reductions over every axis -------------------------------------------------------------
+
+def _full_found(ufunc, dtype):
+    """The way the loop mode found to split ufunc's reductions over every axis (-1: none)."""
+    with fastmath.patch(mode="loops"):
+        return [fulls[dtype == "float64"] for (f, _), (_, _, fulls) in _loopmode._found.items()
+                if f is ufunc][0]
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["plain", "special"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", REDUCING)
+def test_reductions_over_every_axis_are_numpys_bit_for_bit(name, dtype, special):
+    # one call of NumPy's loop over the whole array, cut along pairwise_sum's tree (add) or
+    # into parts (the selecting ufuncs); multiply's product runs in order: NumPy's
+    ufunc = getattr(numpy, name)
+    key = f"{name} {numpy.dtype(dtype).char * 2}->{numpy.dtype(dtype).char}"
+    how = _full_found(ufunc, dtype)
+    assert how == {"add": _loopmode._FULL_TREE, "multiply": -1}.get(name, _loopmode._FULL_PARTS)
+    for shape in [(32768,), (40001,), (100003,), (262147,), (3000, 17), (20, 30, 70)]:
+        x = _rows(dtype, shape, special)
+        before = x.copy()
+        forms = [lambda: ufunc.reduce(x, axis=None), lambda: ufunc.reduce(x.reshape(-1)),
+                 lambda: ufunc.reduce(x.reshape(-1), -1), lambda: ufunc.reduce(x, None, None),
+                 lambda: ufunc.reduce(x, axis=None, keepdims=True)]
+        for form in forms:
+            full, split = _loopmode.full_reductions(), _split_calls(key)
+            with numpy.errstate(all="ignore"):
+                plain, patched = _both(form)
+            _bitwise(plain, patched)
+            assert type(plain) is type(patched)
+            assert _loopmode.full_reductions() == full + (how >= 0), shape
+            assert (_split_calls(key) > split) == (how >= 0), shape
+        _bitwise(x, before)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_sum_with_nans_of_two_kinds_is_numpys(dtype):
+    # two NaNs of other signs and payloads in two leaves: which comes out of their sum is
+    # the first operand's, an order NumPy's compiler chose; such a sum is NumPy's one call
+    bits = f"u{numpy.dtype(dtype).itemsize}"
+    for at in [(5, 200_000), (150_000, 9), (1, 299_990)]:
+        x = RNG.standard_normal(300_000).astype(dtype)
+        x[at[0]], x[at[1]] = numpy.nan, -numpy.nan
+        x.view(bits)[at[1]] |= 0x15
+        split = _split_calls(f"add {numpy.dtype(dtype).char * 2}->{numpy.dtype(dtype).char}")
+        plain, patched = _both(lambda: x.sum())
+        _bitwise(plain, patched)
+        assert _split_calls(f"add {numpy.dtype(dtype).char * 2}->"
+                            f"{numpy.dtype(dtype).char}") > split
+
+
+def test_numpys_functions_and_methods_take_every_axis():
+    x = _rows("float64", (300_000,), False)
+    y = _rows("float32", (600, 700), False)
+    calls = [lambda: numpy.sum(x), lambda: x.sum(), lambda: x.mean(), lambda: numpy.mean(y),
+             lambda: x.std(), lambda: numpy.var(y), lambda: x.max(), lambda: numpy.min(y),
+             lambda: numpy.amax(x, keepdims=True), lambda: numpy.nanmax(x),
+             lambda: numpy.ptp(y), lambda: y.sum(axis=None)]
+    for call in calls:
+        full = _loopmode.full_reductions()
+        plain, patched = _both(call)
+        _bitwise(plain, patched)
+        assert type(plain) is type(patched)
+        assert _loopmode.full_reductions() > full
+
+
+def test_reductions_over_every_axis_left_to_numpy():
+    x = _rows("float64", (300_000,), False)
+    cases = [lambda: numpy.add.reduce(x[:32767]),  # too small
+             lambda: numpy.multiply.reduce(x),  # a product in order: no split is NumPy's
+             lambda: numpy.add.reduce(x, dtype=numpy.float32),
+             lambda: numpy.add.reduce(x, out=numpy.empty(())).copy(),
+             lambda: numpy.add.reduce(x, initial=1.0),
+             lambda: numpy.add.reduce(x, where=x > 0),
+             lambda: numpy.add.reduce(x[::2]),
+             lambda: numpy.add.reduce(x.reshape(600, 500).T, axis=None),
+             lambda: numpy.add.reduce(x.astype(numpy.int64)),
+             lambda: numpy.add.reduce(x.reshape(600, 500).view(numpy.matrix), axis=None),
+             lambda: numpy.add.reduce(x, axis=(0,)),
+             lambda: numpy.subtract.reduce(x),
+             lambda: numpy.logaddexp.reduce(x)]
+    for case in cases:
+        taken = _loopmode.full_reductions()
+        plain, patched = _both(case)
+        _bitwise(plain, patched)
+        assert type(plain) is type(patched)
+        assert _loopmode.full_reductions() == taken
+    with fastmath.patch(mode="loops"):
+        for bad in (lambda: numpy.add.reduce(x, axis=1), lambda: numpy.add.reduce(x, -2),
+                    lambda: numpy.add.reduce(x, None, bogus=1)):
+            with pytest.raises(Exception) as got:
+                bad()
+            with pytest.raises(type(got.value), match=re.escape(str(got.value))):
+                fastmath.patch.stop("loops")
+                try:
+                    bad()
+                finally:
+                    fastmath.patch.start("loops")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["add", "maximum"])
+def test_a_reduction_over_every_axis_reports_fp_errors_as_numpy_does(name, dtype):
+    x = numpy.full(200_000, numpy.finfo(dtype).max, dtype)
+    x[150_000:150_002] = [numpy.inf, -numpy.inf]
+    ufunc = getattr(numpy, name)
+    for mode in ("warn", "raise"):
+        seen = []
+        for patched in (False, True):
+            if patched:
+                fastmath.patch.start("loops")
+            try:
+                full = _loopmode.full_reductions()
+                with numpy.errstate(all=mode), warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    try:
+                        r = numpy.asarray(ufunc.reduce(x)).tobytes()
+                    except FloatingPointError as e:
+                        r = str(e)
+                seen.append((r, [str(m.message) for m in w]))
+                assert _loopmode.full_reductions() == full + patched
+            finally:
+                if patched:
+                    fastmath.patch.stop("loops")
+        assert seen[0] == seen[1]
+        if name == "add":
+            assert "overflow encountered in reduce" in str(seen[0])
 
 
 def test_reductions_go_back_to_numpy_when_the_loop_mode_stops():
