@@ -108,8 +108,9 @@ def timed(mode, fn, state):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", nargs="*", default=["Gaussian", "Logit"],
-                   help="workloads whose name contains these (softmax: the built-in one)")
+    p.add_argument("--only", nargs="*", default=["Gaussian", "Logit", "softmax"],
+                   help="workloads whose name contains these (softmax: the built-in one; "
+                        "by default the three the runtime's acceptance names)")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--idle", action="store_true", help="no competing process")
     args = p.parse_args()
