@@ -115,3 +115,30 @@ def test_all_extra_installs_what_the_main_command_draws_with():
     meta = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     extras = meta["project"]["optional-dependencies"]
     assert "bench" in extras["all"][0] and extras["bench"] == ["matplotlib>=3.5"]
+
+
+def test_auto_learns_a_cell_before_it_is_timed(tmp_path, monkeypatch):
+    # the bench times auto where it has learned its choice: its first calls of a cell try
+    # each backend, and at 10^7 elements a backend 6-10x slower filled the timed rounds
+    from fastmath.dispatch import _config, _learn
+
+    monkeypatch.setenv("FASTMATH_AUTO", "learn")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("FASTMATH_CALIBRATION", raising=False)
+    _config.reload()
+    try:
+        x = np.random.default_rng(0).uniform(1, 2, 1 << 16)
+        assert _learn.describe("exp", "float64", x.size) is None  # nothing learned yet
+        calls, seconds = _bench.settle("exp", x, {})
+        assert _learn.describe("exp", "float64", x.size)["state"] == "settled"
+        assert 2 <= calls <= _bench.SETTLE_CALLS and seconds > 0
+        assert _bench.settle("exp", x, {})[0] == 0  # learned: no more calls
+        assert _bench.settle("exp", x[:100], {}) == (0, 0.0)  # below what auto learns
+        rows = [{"function": "exp", "dtype": "float64", "shape": [x.size], "label": "65536",
+                 "verdict": "yes", "figure": 1.0, "speedup_word": "same", "speedup": 1.0,
+                 "auto_chose": "numpy", "auto_learning": {"calls": calls, "seconds": seconds}}]
+        text = _bench.summary({"rows": rows}, "No plot drawn.", 0.1, 0.1)
+        assert f"learned its choice in 1 cell on its first calls there: {calls} calls" in text
+    finally:
+        monkeypatch.undo()
+        _config.reload()
