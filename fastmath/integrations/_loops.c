@@ -1863,28 +1863,43 @@ static PyObject *py_reduce_rows(PyObject *self, PyObject *args)
     return reduce_call(&calls[i], (PyArrayObject *)obj, which, keepdims, way, 1);
 }
 
+/* The call entry of a set_reduce_cols/set_reduce_full call and its float32 and float64
+ * ways (h), each within -1 to `most`, set only where set_reduce said how NumPy starts a
+ * row, and one that folds parts (`parts`) only where that start is a value; -1 with an
+ * error set */
+static int entry_and_ways(PyObject *args, int most, int (*parts)(int), int h[2])
+{
+    int i;
+    if (!PyArg_ParseTuple(args, "iii", &i, &h[0], &h[1])) {
+        return -1;
+    }
+    if (i < 0 || i >= ncalls || h[0] < -1 || h[0] > most || h[1] < -1 || h[1] > most) {
+        PyErr_Format(PyExc_ValueError, "no such call entry, or a way not within -1 to %d", most);
+        return -1;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (h[k] >= 0 && calls[i].reduce_way[k] < 0) {
+            PyErr_SetString(PyExc_ValueError, "set_reduce first: how NumPy starts a row");
+            return -1;
+        }
+        if (parts(h[k]) && calls[i].reduce_way[k] != 1) {
+            PyErr_SetString(PyExc_ValueError, "parts need an accumulator begun at a value");
+            return -1;
+        }
+    }
+    return i;
+}
+
+static int cols_parts(int how) { return how > 0 && how & (1 << COLS_PARTS); }
+
 /* set_reduce_cols(entry, ways32, ways64): how a reduction over the first axis by the call
  * entry's float32 and float64 loops may be split (bits 1 << COLS_BLOCKS, 1 << COLS_PARTS;
  * 0: run whole only; -1: not taken) */
 static PyObject *py_set_reduce_cols(PyObject *self, PyObject *args)
 {
-    int i, h[2];
-    if (!PyArg_ParseTuple(args, "iii", &i, &h[0], &h[1])) {
+    int h[2], i = entry_and_ways(args, 3, cols_parts, h);
+    if (i < 0) {
         return NULL;
-    }
-    if (i < 0 || i >= ncalls || h[0] < -1 || h[0] > 3 || h[1] < -1 || h[1] > 3) {
-        PyErr_SetString(PyExc_ValueError, "no such call entry, or ways not -1 to 3");
-        return NULL;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (h[k] >= 0 && calls[i].reduce_way[k] < 0) {
-            PyErr_SetString(PyExc_ValueError, "set_reduce first: how NumPy starts a row");
-            return NULL;
-        }
-        if (h[k] > 0 && h[k] & (1 << COLS_PARTS) && calls[i].reduce_way[k] != 1) {
-            PyErr_SetString(PyExc_ValueError, "parts need an accumulator begun at a value");
-            return NULL;
-        }
     }
     calls[i].cols_how[0] = h[0];
     calls[i].cols_how[1] = h[1];
@@ -1894,22 +1909,43 @@ static PyObject *py_set_reduce_cols(PyObject *self, PyObject *args)
 /* reduce_cols(entry, which, how, array, keepdims, units) -> what cols_call makes of array,
  * its blocks or parts (`how`; -1: none) `units` of them, run one by one in this thread:
  * for the loop mode's check of a way to split */
+/* The arguments of reduce_cols/reduce_full (entry, which, how, array, keepdims, units),
+ * checked but for the array: a reducing loop, a way -1 (whole), 0, or 1 (parts, which need
+ * an accumulator begun at a value: COLS_PARTS == FULL_PARTS), units within 1 to `most`; 0
+ * with an error set */
+static int reduce_args(PyObject *args, npy_intp most, int *i, int *which, int *how,
+                       PyArrayObject **a, int *keepdims, Py_ssize_t *units)
+{
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "iiiOpn", i, which, how, &obj, keepdims, units)) {
+        return 0;
+    }
+    if (*i < 0 || *i >= ncalls || *which < 0 || *which > 1 || calls[*i].slot[*which] < 0
+            || calls[*i].reduce_way[*which] < 0 || *how < -1 || *how > 1 || *units < 1
+            || *units > most || (*how == 1 && calls[*i].reduce_way[*which] != 1)) {
+        if (most == NPY_MAX_INTP) {
+            PyErr_SetString(PyExc_ValueError, "no such reducing loop, a way not -1, 0 or 1, or "
+                            "units under 1");
+        }
+        else {
+            PyErr_Format(PyExc_ValueError, "no such reducing loop, a way not -1, 0 or 1, or "
+                         "units not within 1 to %zd", (Py_ssize_t)most);
+        }
+        return 0;
+    }
+    *a = (PyArrayObject *)obj;
+    return 1;
+}
+
 static PyObject *py_reduce_cols(PyObject *self, PyObject *args)
 {
     int i, which, how, keepdims;
     Py_ssize_t units;
-    PyObject *obj;
-    if (!PyArg_ParseTuple(args, "iiiOpn", &i, &which, &how, &obj, &keepdims, &units)) {
+    PyArrayObject *a;
+    if (!reduce_args(args, NPY_MAX_INTP, &i, &which, &how, &a, &keepdims, &units)) {
         return NULL;
     }
-    if (i < 0 || i >= ncalls || which < 0 || which > 1 || calls[i].slot[which] < 0
-            || calls[i].reduce_way[which] < 0 || how < -1 || how > 1 || units < 1
-            || (how == COLS_PARTS && calls[i].reduce_way[which] != 1)) {
-        PyErr_SetString(PyExc_ValueError, "no such reducing loop, a way not -1, 0 or 1, or "
-                        "units under 1");
-        return NULL;
-    }
-    PyArrayObject *a = (PyArrayObject *)obj;
+    PyObject *obj = (PyObject *)a;
     if (!PyArray_CheckExact(obj) || PyArray_NDIM(a) < 2
             || PyArray_TYPE(a) != (which ? NPY_DOUBLE : NPY_FLOAT)
             || !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)
@@ -1923,27 +1959,15 @@ static PyObject *py_reduce_cols(PyObject *self, PyObject *args)
     return cols_call(&calls[i], a, which, keepdims, how, how < 0 ? 0 : units);
 }
 
+static int full_parts(int how) { return how == FULL_PARTS; }
+
 /* set_reduce_full(entry, how32, how64): how a reduction over every axis by the call entry's
  * float32 and float64 loops is split (FULL_TREE, FULL_PARTS; -1: not taken) */
 static PyObject *py_set_reduce_full(PyObject *self, PyObject *args)
 {
-    int i, h[2];
-    if (!PyArg_ParseTuple(args, "iii", &i, &h[0], &h[1])) {
+    int h[2], i = entry_and_ways(args, 1, full_parts, h);
+    if (i < 0) {
         return NULL;
-    }
-    if (i < 0 || i >= ncalls || h[0] < -1 || h[0] > 1 || h[1] < -1 || h[1] > 1) {
-        PyErr_SetString(PyExc_ValueError, "no such call entry, or a way not -1, 0 or 1");
-        return NULL;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (h[k] >= 0 && calls[i].reduce_way[k] < 0) {
-            PyErr_SetString(PyExc_ValueError, "set_reduce first: how NumPy starts a row");
-            return NULL;
-        }
-        if (h[k] == FULL_PARTS && calls[i].reduce_way[k] != 1) {
-            PyErr_SetString(PyExc_ValueError, "parts need an accumulator begun at a value");
-            return NULL;
-        }
     }
     calls[i].full_how[0] = h[0];
     calls[i].full_how[1] = h[1];
@@ -1957,19 +1981,15 @@ static PyObject *py_reduce_full(PyObject *self, PyObject *args)
 {
     int i, which, how, keepdims;
     Py_ssize_t units;
-    PyObject *obj;
-    if (!PyArg_ParseTuple(args, "iiiOpn", &i, &which, &how, &obj, &keepdims, &units)) {
+    PyArrayObject *a;
+    if (!reduce_args(args, FULL_MOST, &i, &which, &how, &a, &keepdims, &units)) {
         return NULL;
     }
-    if (i < 0 || i >= ncalls || which < 0 || which > 1 || calls[i].slot[which] < 0
-            || calls[i].reduce_way[which] < 0 || how < -1 || how > 1 || units < 1
-            || units > FULL_MOST || (how == FULL_TREE && (units & (units - 1)))
-            || (how == FULL_PARTS && calls[i].reduce_way[which] != 1)) {
-        PyErr_SetString(PyExc_ValueError, "no such reducing loop, a way not -1, 0 or 1, or "
-                        "units not within 1 to 256 (leaves: a power of two)");
+    if (how == FULL_TREE && (units & (units - 1))) {
+        PyErr_SetString(PyExc_ValueError, "the leaves of a tree: a power of two");
         return NULL;
     }
-    PyArrayObject *a = (PyArrayObject *)obj;
+    PyObject *obj = (PyObject *)a;
     if (!PyArray_CheckExact(obj) || PyArray_NDIM(a) < 1
             || PyArray_TYPE(a) != (which ? NPY_DOUBLE : NPY_FLOAT)
             || !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)

@@ -370,16 +370,27 @@ def test_other_reductions_are_left_to_numpy():
              lambda: numpy.add.reduce(x.view(numpy.matrix), axis=1),
              lambda: numpy.subtract.reduce(x, axis=1),
              lambda: numpy.logaddexp.reduce(x, axis=1)]
+    _left_to_numpy(cases, _loopmode.reductions)
+    _numpys_errors([lambda: numpy.add.reduce(x, axis=2), lambda: numpy.add.reduce(x, bogus=1),
+                    lambda: numpy.add.reduce(x, 1, axis=1), lambda: numpy.add.reduce(x, True),
+                    lambda: numpy.add.reduce(x, 1, None, None, False, 0.0, True, 1)])
+
+
+def _left_to_numpy(cases, taken):
+    """Each of ``cases`` gives NumPy's result, of NumPy's type, under the loop mode, which
+    takes none of them (``taken()``, its count of such calls, does not move)."""
     for case in cases:
-        taken = _loopmode.reductions()
+        before = taken()
         plain, patched = _both(case)
         _bitwise(plain, patched)
         assert type(plain) is type(patched)
-        assert _loopmode.reductions() == taken
+        assert taken() == before
+
+
+def _numpys_errors(calls):
+    """Each of ``calls`` raises under the loop mode what it raises without it."""
     with fastmath.patch(mode="loops"):
-        for bad in (lambda: numpy.add.reduce(x, axis=2), lambda: numpy.add.reduce(x, bogus=1),
-                    lambda: numpy.add.reduce(x, 1, axis=1), lambda: numpy.add.reduce(x, True),
-                    lambda: numpy.add.reduce(x, 1, None, None, False, 0.0, True, 1)):
+        for bad in calls:
             with pytest.raises(Exception) as got:
                 bad()
             with pytest.raises(type(got.value), match=re.escape(str(got.value))):
@@ -396,21 +407,31 @@ def _taken():
     return _loopmode.reductions(), _loopmode.column_reductions()
 
 
+def _found(ufunc, dtype, at):
+    """What the loop mode found, as it started, for ufunc's reductions of ``dtype``: ``at``
+    1, the ways over the first axis; 2, the way over every axis."""
+    with fastmath.patch(mode="loops"):
+        return [found[at][dtype == "float64"] for (f, _), found in _loopmode._found.items()
+                if f is ufunc][0]
+
+
+def _key(name, dtype):
+    """The loop's name in _loopmode.counts()."""
+    return f"{name} {numpy.dtype(dtype).char * 2}->{numpy.dtype(dtype).char}"
+
+
 @pytest.mark.parametrize("special", [False, True], ids=["plain", "special"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", REDUCING)
 def test_reductions_over_the_first_axis_are_numpys_bit_for_bit(name, dtype, special):
     # NumPy's own loop on each row with NumPy's arguments; split into parts of rows (the
     # selecting ufuncs), into blocks of columns (4096 columns or more), or run whole
-    ufunc = getattr(numpy, name)
-    key = f"{name} {numpy.dtype(dtype).char * 2}->{numpy.dtype(dtype).char}"
-    with fastmath.patch(mode="loops"):  # the ways the loop mode found for this loop
-        found = [hows[dtype == "float64"] for (f, _), (_, hows, _) in _loopmode._found.items()
-                 if f is ufunc]
-    assert found[0] >= 0  # the whole run, NumPy's calls in NumPy's order, is always taken
+    ufunc, key = getattr(numpy, name), _key(name, dtype)
+    found = _found(ufunc, dtype, 1)  # the ways the loop mode found for this loop
+    assert found >= 0  # the whole run, NumPy's calls in NumPy's order, is always taken
     # splits where a way to split was found bitwise here (parts: the selecting ufuncs;
     # blocks of 2048+ columns: add and multiply, the others too where rows are few)
-    parts, blocks = (found[0] >> _loopmode._COLS_PARTS) & 1, found[0] & 1
+    parts, blocks = (found >> _loopmode._COLS_PARTS) & 1, found & 1
     for shape in [(20000, 8), (5000, 4), (3000, 3), (2500, 2), (700, 33), (40, 1000),
                   (50, 40, 7), (16, 300), (17, 8193), (300, 129), (40, 9000)]:
         x = _rows(dtype, shape, special)
@@ -458,17 +479,13 @@ def test_reductions_over_the_first_axis_left_to_numpy():
              lambda: numpy.add.reduce(x.astype(numpy.int64), axis=0),
              lambda: numpy.add.reduce(x.view(numpy.matrix), axis=0),
              lambda: numpy.maximum.reduce(x.reshape(3, -1), axis=1 - 2)]
-    for case in cases:
-        taken = _taken()
-        plain, patched = _both(case)
-        _bitwise(plain, patched)
-        assert type(plain) is type(patched)
-        assert _taken() == taken
+    _left_to_numpy(cases, _taken)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("axis,shape", [(1, (20000, 4)), (0, (20000, 4)), (0, (20, 8192))],
-                         ids=["rows", "first-whole", "first-blocks"])
+@pytest.mark.parametrize("axis,shape", [(1, (20000, 4)), (0, (20000, 4)), (0, (20, 8192)),
+                                        (None, (20000, 10))],
+                         ids=["rows", "first-whole", "first-blocks", "every-axis"])
 def test_a_reduction_reports_fp_errors_as_numpy_does(dtype, axis, shape):
     x = numpy.full(shape, numpy.finfo(dtype).max, dtype)
     x[5, :4] = [numpy.inf, -numpy.inf, 1, 2]
@@ -478,16 +495,17 @@ def test_a_reduction_reports_fp_errors_as_numpy_does(dtype, axis, shape):
             if patched:
                 fastmath.patch.start("loops")
             try:
-                rows, cols = _taken()
+                rows, cols, full = *_taken(), _loopmode.full_reductions()
                 with numpy.errstate(all=mode), warnings.catch_warnings(record=True) as w:
                     warnings.simplefilter("always")
                     try:
-                        r = numpy.add.reduce(x, axis=axis)
+                        r = numpy.asarray(numpy.add.reduce(x, axis=axis)).tobytes()
                     except FloatingPointError as e:
                         r = str(e)
-                seen.append((r if isinstance(r, str) else r.tobytes(),
-                             [str(m.message) for m in w]))
-                assert _taken() == (rows + patched * (axis == 1), cols + patched * (axis == 0))
+                seen.append((r, [str(m.message) for m in w]))
+                assert (*_taken(), _loopmode.full_reductions()) == (
+                    rows + patched * (axis == 1), cols + patched * (axis == 0),
+                    full + patched * (axis is None))
             finally:
                 if patched:
                     fastmath.patch.stop("loops")
@@ -497,22 +515,14 @@ def test_a_reduction_reports_fp_errors_as_numpy_does(dtype, axis, shape):
 
 # --- reductions over every axis -------------------------------------------------------------
 
-def _full_found(ufunc, dtype):
-    """The way the loop mode found to split ufunc's reductions over every axis (-1: none)."""
-    with fastmath.patch(mode="loops"):
-        return [fulls[dtype == "float64"] for (f, _), (_, _, fulls) in _loopmode._found.items()
-                if f is ufunc][0]
-
-
 @pytest.mark.parametrize("special", [False, True], ids=["plain", "special"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", REDUCING)
 def test_reductions_over_every_axis_are_numpys_bit_for_bit(name, dtype, special):
     # one call of NumPy's loop over the whole array, cut along pairwise_sum's tree (add) or
     # into parts (the selecting ufuncs); multiply's product runs in order: NumPy's
-    ufunc = getattr(numpy, name)
-    key = f"{name} {numpy.dtype(dtype).char * 2}->{numpy.dtype(dtype).char}"
-    how = _full_found(ufunc, dtype)
+    ufunc, key = getattr(numpy, name), _key(name, dtype)
+    how = _found(ufunc, dtype, 2)
     assert how == {"add": _loopmode._FULL_TREE, "multiply": -1}.get(name, _loopmode._FULL_PARTS)
     for shape in [(32768,), (40001,), (100003,), (262147,), (3000, 17), (20, 30, 70)]:
         x = _rows(dtype, shape, special)
@@ -540,11 +550,10 @@ def test_a_sum_with_nans_of_two_kinds_is_numpys(dtype):
         x = RNG.standard_normal(300_000).astype(dtype)
         x[at[0]], x[at[1]] = numpy.nan, -numpy.nan
         x.view(bits)[at[1]] |= 0x15
-        split = _split_calls(f"add {numpy.dtype(dtype).char * 2}->{numpy.dtype(dtype).char}")
+        split = _split_calls(_key("add", dtype))
         plain, patched = _both(lambda: x.sum())
         _bitwise(plain, patched)
-        assert _split_calls(f"add {numpy.dtype(dtype).char * 2}->"
-                            f"{numpy.dtype(dtype).char}") > split
+        assert _split_calls(_key("add", dtype)) > split
 
 
 def test_numpys_functions_and_methods_take_every_axis():
@@ -577,52 +586,9 @@ def test_reductions_over_every_axis_left_to_numpy():
              lambda: numpy.add.reduce(x, axis=(0,)),
              lambda: numpy.subtract.reduce(x),
              lambda: numpy.logaddexp.reduce(x)]
-    for case in cases:
-        taken = _loopmode.full_reductions()
-        plain, patched = _both(case)
-        _bitwise(plain, patched)
-        assert type(plain) is type(patched)
-        assert _loopmode.full_reductions() == taken
-    with fastmath.patch(mode="loops"):
-        for bad in (lambda: numpy.add.reduce(x, axis=1), lambda: numpy.add.reduce(x, -2),
-                    lambda: numpy.add.reduce(x, None, bogus=1)):
-            with pytest.raises(Exception) as got:
-                bad()
-            with pytest.raises(type(got.value), match=re.escape(str(got.value))):
-                fastmath.patch.stop("loops")
-                try:
-                    bad()
-                finally:
-                    fastmath.patch.start("loops")
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", ["add", "maximum"])
-def test_a_reduction_over_every_axis_reports_fp_errors_as_numpy_does(name, dtype):
-    x = numpy.full(200_000, numpy.finfo(dtype).max, dtype)
-    x[150_000:150_002] = [numpy.inf, -numpy.inf]
-    ufunc = getattr(numpy, name)
-    for mode in ("warn", "raise"):
-        seen = []
-        for patched in (False, True):
-            if patched:
-                fastmath.patch.start("loops")
-            try:
-                full = _loopmode.full_reductions()
-                with numpy.errstate(all=mode), warnings.catch_warnings(record=True) as w:
-                    warnings.simplefilter("always")
-                    try:
-                        r = numpy.asarray(ufunc.reduce(x)).tobytes()
-                    except FloatingPointError as e:
-                        r = str(e)
-                seen.append((r, [str(m.message) for m in w]))
-                assert _loopmode.full_reductions() == full + patched
-            finally:
-                if patched:
-                    fastmath.patch.stop("loops")
-        assert seen[0] == seen[1]
-        if name == "add":
-            assert "overflow encountered in reduce" in str(seen[0])
+    _left_to_numpy(cases, _loopmode.full_reductions)
+    _numpys_errors([lambda: numpy.add.reduce(x, axis=1), lambda: numpy.add.reduce(x, -2),
+                    lambda: numpy.add.reduce(x, None, bogus=1)])
 
 
 def test_reductions_go_back_to_numpy_when_the_loop_mode_stops():
