@@ -53,6 +53,11 @@ CASES = [  # (shape, ufunc name, axis, dtype)
 MODES = ("plain", "loops", "loops, one thread")
 
 
+def _ms(seconds):
+    """A time in ms, or in us below a tenth of a millisecond (a sum of 10^4 elements)."""
+    return (f"{seconds * 1e6:7.2f} us" if seconds < 1e-4 else f"{seconds * 1e3:7.3f} ms")
+
+
 def _burst(fn, k):
     times = []
     for _ in range(k):
@@ -100,10 +105,10 @@ def main(argv=None) -> int:
                 times[mode].append(_timed(mode, lambda: ufunc.reduce(x, axis=axis),
                                           args.burst))
         med = {m: statistics.median(v) for m, v in times.items()}
-        cells = "  ".join(f"{m} {med[m] * 1e3:7.3f} ms {med['plain'] / med[m]:5.2f}x"
+        cells = "  ".join(f"{m} {_ms(med[m])} {med['plain'] / med[m]:5.2f}x"
                           for m in MODES[1:])
         print(f"{name:8s} axis {axis} {str(shape):15s} {dtype:7s} plain "
-              f"{med['plain'] * 1e3:7.3f} ms  {cells}  {'bitwise' if same else 'DIFFERS'}")
+              f"{_ms(med['plain'])}  {cells}  {'bitwise' if same else 'DIFFERS'}")
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 
