@@ -196,7 +196,7 @@ def _install(threads) -> None:
             pair[at] = slot if pair[at] < 0 else pair[at]
     # calls NumPy would cut into rows (broadcast, strided views): run by rows (_loops.c)
     from ..dispatch._fpe import report
-    probes = {}  # dtype (, 0) -> the arrays _take_reductions compares on, made once
+    probes = {}  # dtype (, its maker) -> the arrays _take_reductions compares on, made once
     for ufunc, (single, double) in rows.items():
         _calls.append(_loops.replace_call(ufunc, single, double, report))
         if ufunc.__name__ in _REDUCING and ufunc.nin == 2:
@@ -265,23 +265,23 @@ def _take_reductions(ufunc, entry, probes, slots) -> None:
                 break
         ways.append(found)
     _loops.set_reduce(entry, ways[0], ways[1], identity)
-    hows = []
-    for which, dtype in enumerate((_np.float32, _np.float64)):
-        found = -1
-        if ways[which] >= 0:
-            if (dtype, 0) not in probes:
-                probes[dtype, 0] = _reduce_probes_first(dtype, probes[dtype])
-            found = _way_to_split(ufunc, entry, which, ways[which], probes[dtype, 0])
-        hows.append(found)
+
+    def each_dtype(probed, find):
+        """For float32 and float64: -1 where no start of a row was found, else
+        find(ufunc, entry, which, way, probes), its probes made once by ``probed``."""
+        found = []
+        for which, dtype in enumerate((_np.float32, _np.float64)):
+            if ways[which] < 0:
+                found.append(-1)
+                continue
+            if (dtype, probed) not in probes:
+                probes[dtype, probed] = probed(dtype, probes[dtype])
+            found.append(find(ufunc, entry, which, ways[which], probes[dtype, probed]))
+        return found
+
+    hows = each_dtype(_reduce_probes_first, _way_to_split)
     _loops.set_reduce_cols(entry, hows[0], hows[1])
-    fulls = []
-    for which, dtype in enumerate((_np.float32, _np.float64)):
-        found = -1
-        if ways[which] >= 0:
-            if (dtype, None) not in probes:
-                probes[dtype, None] = _reduce_probes_full(dtype, probes[dtype])
-            found = _full_way(ufunc, entry, which, ways[which], probes[dtype, None])
-        fulls.append(found)
+    fulls = each_dtype(_reduce_probes_full, _full_way)
     _loops.set_reduce_full(entry, fulls[0], fulls[1])
     _found[ufunc, slots] = (tuple(ways), tuple(hows), tuple(fulls))
 

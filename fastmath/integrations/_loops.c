@@ -1512,6 +1512,18 @@ static int full_leaves(Full *r, npy_intp from, npy_intp m, int depth, npy_intp *
            && full_leaves(r, from + half, m - half, depth - 1, k);
 }
 
+/* unit u's result, in the items' type */
+static char *full_acc(Full *r, npy_intp u) { return (char *)&r->acc + u * r->item; }
+
+/* NumPy's one call: the output started as NumPy starts it, the loop over the rest */
+static void full_whole(const Full *r)
+{
+    npy_intp st[3] = {0, r->item, 0}, m = r->n - r->way;
+    start_acc(r->out, r->in, 1, r->item, r->way, r->identity);
+    char *a[3] = {r->out, r->in + r->way * r->item, r->out};
+    r->loop(a, &m, st, r->data);
+}
+
 /* the job's loop: units [u0, u0 + count); all of them at once (the call run whole) is
  * NumPy's one call */
 static void full_units(char **args, intptr_t const *count, intptr_t const *steps, void *data)
@@ -1520,23 +1532,14 @@ static void full_units(char **args, intptr_t const *count, intptr_t const *steps
     npy_intp u0 = args[0] - r->out; /* (items of one byte from the output's start) */
     npy_intp st[3] = {0, r->item, 0};
     if (u0 == 0 && *count >= r->units && !r->one_by_one) {
-        npy_intp m = r->n - r->way;
-        start_acc(r->out, r->in, 1, r->item, r->way, r->identity);
-        char *a[3] = {r->out, r->in + r->way * r->item, r->out};
-        r->loop(a, &m, st, r->data);
+        full_whole(r);
         return;
     }
     for (npy_intp u = u0; u < u0 + *count; u++) {
-        char *acc = r->item == 8 ? (char *)&r->acc.d[u] : (char *)&r->acc.f[u];
-        char *first = r->in + r->at[u] * r->item;
+        char *acc = full_acc(r, u), *first = r->in + r->at[u] * r->item;
         npy_intp m = r->at[u + 1] - r->at[u];
         if (r->how == FULL_TREE) {
-            if (r->item == 8) {
-                r->acc.d[u] = -0.0;
-            }
-            else {
-                r->acc.f[u] = -0.0f;
-            }
+            start_acc(acc, NULL, 1, r->item, 0, -0.0);
         }
         else {
             memcpy(acc, first, r->item); /* (a part begins at its first element) */
@@ -1558,9 +1561,8 @@ static void full_join(void *data)
     }
     if (r->how == FULL_PARTS) {
         npy_intp st[3] = {0, r->item, 0}, m = r->units - 1;
-        memcpy(r->out, r->item == 8 ? (char *)r->acc.d : (char *)r->acc.f, r->item);
-        char *a[3] = {r->out, (r->item == 8 ? (char *)r->acc.d : (char *)r->acc.f)
-                              + r->item, r->out};
+        memcpy(r->out, full_acc(r, 0), r->item);
+        char *a[3] = {r->out, full_acc(r, 1), r->out};
         if (m > 0) {
             r->loop(a, &m, st, r->data);
         }
@@ -1572,10 +1574,7 @@ static void full_join(void *data)
              * first operand's, and which operand is first in NumPy's recursion is its
              * compiler's choice. NumPy's one call then, as run whole (its FP flags are
              * the leaves' and the tree's: the same additions). */
-            npy_intp st[3] = {0, r->item, 0}, m = r->n - r->way;
-            start_acc(r->out, r->in, 1, r->item, r->way, r->identity);
-            char *a[3] = {r->out, r->in + r->way * r->item, r->out};
-            r->loop(a, &m, st, r->data);
+            full_whole(r);
             return;
         }
     }
@@ -1652,9 +1651,6 @@ static PyObject *full_call(Call *c, PyArrayObject *a, int which, int keepdims, i
             }
             while (depth > 0 && !(k = 0, full_leaves(r, r->way, m, depth, &k))) {
                 depth--; /* (a node not longer than a block: a shallower tree) */
-            }
-            if (depth == 0) {
-                r->at[0] = r->way;
             }
             r->units = (npy_intp)1 << depth;
             r->at[r->units] = r->n;
@@ -1906,9 +1902,6 @@ static PyObject *py_set_reduce_cols(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* reduce_cols(entry, which, how, array, keepdims, units) -> what cols_call makes of array,
- * its blocks or parts (`how`; -1: none) `units` of them, run one by one in this thread:
- * for the loop mode's check of a way to split */
 /* The arguments of reduce_cols/reduce_full (entry, which, how, array, keepdims, units),
  * checked but for the array: a reducing loop, a way -1 (whole), 0, or 1 (parts, which need
  * an accumulator begun at a value: COLS_PARTS == FULL_PARTS), units within 1 to `most`; 0
@@ -1937,6 +1930,9 @@ static int reduce_args(PyObject *args, npy_intp most, int *i, int *which, int *h
     return 1;
 }
 
+/* reduce_cols(entry, which, how, array, keepdims, units) -> what cols_call makes of array,
+ * its blocks or parts (`how`; -1: none) `units` of them, run one by one in this thread:
+ * for the loop mode's check of a way to split */
 static PyObject *py_reduce_cols(PyObject *self, PyObject *args)
 {
     int i, which, how, keepdims;

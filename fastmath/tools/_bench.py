@@ -172,12 +172,14 @@ def settle(name, arg, kwargs):
     calls = 0
     while calls < SETTLE_CALLS and time.perf_counter() - t0 < SETTLE_SECONDS:
         cell = _learn.describe(name, dtype, size)
-        if cell is not None and cell["state"] != "learning" or cell is None and calls >= 2:
+        if cell is None and calls >= 2:
+            return 0, 0.0  # its calls made no cell: not one auto learns
+        if cell is not None and cell["state"] != "learning":
             break
         with fastmath.backend("auto"):
             fn(arg, **kwargs)
         calls += 1
-    return (calls, time.perf_counter() - t0) if calls > 2 or cell is not None else (0, 0.0)
+    return (calls, time.perf_counter() - t0) if calls and cell is not None else (0, 0.0)
 
 
 def leaves_threads(selection) -> bool:
