@@ -79,6 +79,19 @@ def schedstat():
     return out
 
 
+def runtime_workers() -> set:
+    """The thread ids of the runtime's workers (named fastmath-1, fastmath-2, ...)."""
+    out = set()
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                if f.read().startswith("fastmath-"):
+                    out.add(int(t))
+        except OSError:
+            pass
+    return out
+
+
 def timed(mode, fn, state):
     if mode == "patch":
         with fastmath.patch():
@@ -131,9 +144,8 @@ def main():
               f"{'idle' if args.idle else 'busy'}, {args.rounds} interleaved rounds")
         x = np.random.default_rng(0).random(10**6)
         with fastmath.patch(mode="loops"):
-            before = set(schedstat())  # with what the patch loads (SciPy's OpenBLAS)
             np.exp(x)  # the pool starts
-        ours = set(schedstat()) - before
+        ours = runtime_workers()
         me = os.getpid()
         for name, (setup, fn) in chosen.items():
             state = setup()

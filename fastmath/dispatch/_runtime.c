@@ -18,6 +18,7 @@
  * Floating-point state: each worker takes the caller's environment (rounding, MXCSR),
  * clears its flags, and reports what its pieces raised; the caller gets their union.
  * After fork() the child has no workers: the pool is rebuilt on first use.
+ * Workers are named fastmath-1, fastmath-2, ... as top -H, ps -L and each thread's comm show.
  *
  * The pacing (fm_split). A split is worth it only when it finishes sooner than the call run
  * whole would, on this machine now: a busy core, another library's threads spinning after
@@ -534,6 +535,12 @@ static int ensure_workers(int wanted)
         if (rc != 0) {
             break;
         }
+#if defined(__linux__) && defined(__GLIBC__)
+        /* seen as such in top -H, ps -L, py-spy and /proc/<pid>/task/<tid>/comm */
+        char name[16];
+        snprintf(name, sizeof name, "fastmath-%d", nworkers + 1);
+        pthread_setname_np(t, name);
+#endif
         worker_ids[nworkers++] = t;
     }
     pthread_mutex_unlock(&lock);

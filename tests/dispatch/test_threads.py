@@ -152,6 +152,31 @@ def test_a_call_uses_no_more_threads_than_its_limit():
             assert len(seen) <= 2
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names: Linux")
+def test_the_pools_workers_are_named_for_top_and_ps():
+    """Workers show as fastmath-1, fastmath-2, ... in top -H, ps -L and py-spy (each
+    thread's comm): a user who sees CPU spent can tell whose threads spend it."""
+    import threading
+    import time
+
+    seen = set()
+
+    def piece():
+        seen.add(threading.get_native_id())
+        time.sleep(0.002)
+    with _pieces(piece, 2) as call:
+        for _ in range(20):
+            call()
+            if len(seen) == 2:
+                break
+    me = threading.get_native_id()
+    if seen == {me}:
+        pytest.skip("no worker took a piece here")
+    names = {Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in seen - {me}}
+    assert len(names) == len(seen - {me})
+    assert all(n.startswith("fastmath-") and n[9:].isdigit() for n in names), names
+
+
 def test_a_split_whose_worker_took_few_pieces_counts_as_short_of_threads():
     """late() counts the caller's splits in which the pool's threads took under half their
     share of the pieces (auto's learning does not count such calls: on a VM, after the
