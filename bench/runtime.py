@@ -1,6 +1,7 @@
 """fastmath's native runtime (fastmath/dispatch/_runtime.c) as a program meets it.
 
-    python bench/runtime.py [--rounds 9] [--busy] [--sections cost,split,idle,blas,rows]
+    python bench/runtime.py [--rounds 9] [--busy]
+                            [--sections cost,split,bursts,idle,blas,threads,rows]
                             [--sizes 1e4,1e5,1e6,1e7]
 
 - cost: the fixed cost of a parallel call with nothing to do, its workers warm (calls
@@ -27,6 +28,10 @@
 - blas: code that alternates matrix products with elementwise math (a batched product
   and a softmax over its rows), plain and under the loop mode, the function patch and
   ``fastmath`` as ``np``.
+- threads: the program's own threads (as many as the cores, and one), each calling exp on
+  its own float64 array, NumPy's and under the loop mode and fastmath's: several threads
+  of a program calling at once (a thread pool, Dask's threaded scheduler) each compute on
+  a core of their own, and a split beside them takes another caller's core.
 - rows: calls NumPy cuts into rows or casts in buffers, plain and under the loop mode
   (which runs them by rows over the pool): a bias added in place, a column subtracted, an
   outer product, exp of a strided view, at 200,000 x 64 float64; log of int64 counts and
@@ -198,6 +203,52 @@ def blas(args):
         f"{name} {t0 / t:.2f}x" for name, t in times.items()))
 
 
+def user_threads(args):
+    print("\n## the program's own threads, each calling exp on its own float64 array (out="
+          "given), side by side (ratio: NumPy / fastmath, median of the rounds' ratios)")
+    from concurrent.futures import ThreadPoolExecutor
+
+    cores = len(os.sched_getaffinity(0))
+    rng = np.random.default_rng(6)
+    for users in sorted({1, cores}):
+        pool = ThreadPoolExecutor(users)
+        for n in args.sizes:
+            xs = [rng.random(n) for _ in range(users)]
+            outs = [np.empty(n) for _ in range(users)]
+            reps = max(10, int(1e8 // n))  # about 0.1 s of calls a thread a round
+
+            def run(fn):
+                def one(i):
+                    for _ in range(reps):
+                        fn(xs[i], out=outs[i])
+                t0 = time.perf_counter()
+                list(pool.map(one, range(users)))
+                return time.perf_counter() - t0
+
+            times = {"numpy": [], "loops": [], "fastmath.exp": []}
+            joins = {"loops": 0, "fastmath.exp": 0}
+            shared = _runtime.stats().get("kept_shared", 0)
+            for r in range(args.rounds):
+                for name in list(times)[r % 3:] + list(times)[:r % 3]:
+                    before = _runtime.stats()["joins"]
+                    if name == "loops":
+                        with _loop_mode():
+                            times[name].append(run(np.exp))
+                    else:
+                        times[name].append(run(np.exp if name == "numpy" else fastmath.exp))
+                    if name in joins:
+                        joins[name] += _runtime.stats()["joins"] - before
+            base = statistics.median(times["numpy"])
+            line = f"{users} thread{'s' if users > 1 else ' '} {n:>9,}: NumPy {base * 1e3:6.1f} ms"
+            for name in ("loops", "fastmath.exp"):
+                ratio = statistics.median(a / b for a, b in zip(times["numpy"], times[name]))
+                line += (f"; {'loop mode' if name == 'loops' else name} {ratio:.2f}x "
+                         f"({joins[name] / (args.rounds * reps * users):.2f} joins a call)")
+            kept = _runtime.stats().get("kept_shared", 0) - shared
+            print(line + f"; {kept} calls kept whole beside another thread's", flush=True)
+        pool.shutdown()
+
+
 def rows(args):
     print("\n## calls NumPy cuts into rows or casts in buffers, 200000 x 64 (ratio: plain / "
           "loop mode)")
@@ -301,14 +352,14 @@ def changes(args):
 
 
 SECTIONS = {"cost": cost, "split": split, "bursts": bursts, "idle": idle, "blas": blas,
-            "rows": rows, "crossover": crossover, "changes": changes}
+            "threads": user_threads, "rows": rows, "crossover": crossover, "changes": changes}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--busy", action="store_true", help="another process busy on one core")
-    p.add_argument("--sections", default="cost,split,bursts,idle,blas,rows",
+    p.add_argument("--sections", default="cost,split,bursts,idle,blas,threads,rows",
                    help=f"comma-separated, of: {', '.join(SECTIONS)}")
     p.add_argument("--sizes", default="1e4,1e5,1e6,1e7",
                    help="the split section's sizes, comma-separated (1e4, 30000, ...)")

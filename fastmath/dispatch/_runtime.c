@@ -178,6 +178,24 @@ static atomic_int cpu_every = 8;
  * a call wakes takes the core back at once where a spinning one waits a time slice. */
 static atomic_llong shut_out_ns = 20000000, shut_out_until = 0;
 
+/* Until shared_until (real wall ns) other threads of this process are calling too: a call
+ * found the pool busy (another thread's split, or its whole run, below) and ran whole in
+ * its own thread. Each such thread computes on a core of its own, as NumPy's calls from
+ * several threads do, so a split takes the limit less one thread for each of them
+ * (shared_callers, counted once a span), and where that leaves one, the call runs whole
+ * holding the pool (FM_WHOLE_SHARED): the other threads' calls meanwhile find it busy,
+ * and each such find extends the span by shared_ns (10 ms; set_shared). Splitting beside
+ * them oversubscribed the cores: two threads of a program each calling np.exp on 10^4-10^5
+ * float64 under the loop mode ran 0.85-0.88x as fast as plain NumPy's two, fastmath's exp
+ * 0.83-0.90x (2-vCPU AMD EPYC, bench/runtime.py's `threads`), the pool's worker taking the
+ * other caller's core. Once the others stop, the span runs out and splits resume. Not a
+ * worker's find, nor a nested call's from the thread holding the pool. */
+static atomic_llong shared_ns = 10000000, shared_until = 0; /* set_shared */
+static atomic_ulong shared_span = 0; /* one more per span begun */
+static atomic_int shared_callers = 0;
+static atomic_ulong kept_shared = 0;
+static _Thread_local unsigned long counted_in = 0; /* the span this thread was counted in */
+
 /* Until yield_until (real wall ns) every call runs whole in its caller: the machine is
  * oversubscribed, another process busy on a core while threads of this process other
  * than the caller and the pool (BLAS's, between matrix products) want CPU too, and the
@@ -558,12 +576,72 @@ __attribute__((visibility("default"))) void fastmath_runtime_set_num_threads(int
     atomic_store(&nthreads, n < 1 ? default_threads() : n > MAXTHREADS ? MAXTHREADS : n);
 }
 
-static int fm_begin(void) { return pthread_mutex_trylock(&pool.busy) == 0; }
-static void fm_end(void) { pthread_mutex_unlock(&pool.busy); }
+static _Thread_local int holding = 0; /* this thread holds the pool (fm_begin) */
+
+/* A call found the pool busy: see shared_until */
+static void collided(void)
+{
+    if (is_worker || holding) {
+        return;
+    }
+    long long now = real_wall_ns();
+    long long until = atomic_load(&shared_until);
+    if (now >= until) { /* a span begins */
+        long long span_ns = atomic_load(&shared_ns);
+        if (atomic_compare_exchange_strong(&shared_until, &until, now + span_ns)) {
+            atomic_store(&shared_callers, 0);
+            atomic_fetch_add(&shared_span, 1);
+        }
+    }
+    else {
+        long long span_ns = atomic_load(&shared_ns);
+        if (now + span_ns - until > span_ns / 8) { /* (not every find writes its line) */
+            atomic_store(&shared_until, now + span_ns);
+        }
+    }
+    unsigned long span = atomic_load(&shared_span);
+    if (counted_in != span) {
+        counted_in = span;
+        atomic_fetch_add(&shared_callers, 1);
+    }
+}
+
+/* The threads a split may take now: `threads` less one for each other thread calling in
+ * the span (see shared_until) */
+static int beside_callers(int threads)
+{
+    long long until = atomic_load_explicit(&shared_until, memory_order_relaxed);
+    if (until == 0 || real_wall_ns() >= until) {
+        return threads;
+    }
+    int left = threads - atomic_load_explicit(&shared_callers, memory_order_relaxed);
+    return left < 1 ? 1 : left;
+}
+
+static int fm_begin(void)
+{
+    if (pthread_mutex_trylock(&pool.busy) != 0) {
+        collided();
+        return 0;
+    }
+    holding = 1;
+    return 1;
+}
+
+static void fm_end(void)
+{
+    holding = 0;
+    pthread_mutex_unlock(&pool.busy);
+}
 static int fm_threads(void) { return atomic_load_explicit(&nthreads, memory_order_relaxed); }
 
 static int fm_start(fm_job *job, int threads)
 {
+    threads = beside_callers(threads);
+    if (threads <= 1) {
+        job->woke = 0;
+        return 0;
+    }
     intptr_t pieces = (job->n + job->piece - 1) / job->piece;
     job->homes = threads < FM_HOMES ? threads : FM_HOMES;
     for (int h = 0; h < job->homes; h++) {
@@ -824,6 +902,10 @@ static int fm_decide(fm_pace *paces, intptr_t n, int *timed)
     if (sample) {
         return FM_WHOLE_SAMPLED;
     }
+    if (beside_callers(fm_threads()) <= 1) {
+        atomic_fetch_add_explicit(&kept_shared, 1, memory_order_relaxed);
+        return FM_WHOLE_SHARED;
+    }
     *timed = atomic_fetch_add_explicit(&pace->splits, 1, memory_order_relaxed)
              % atomic_load_explicit(&cpu_every, memory_order_relaxed) == 0;
     return FM_SPLIT;
@@ -926,6 +1008,11 @@ static int split_or_whole(fm_pace *paces, fm_job *job, int threads, int whole,
         job->piece = (job->piece + 63) & ~(intptr_t)63; /* pieces start 64-element aligned */
     }
     int how = fm_decide(paces, paced_as, &job->timed);
+    if (how == FM_WHOLE_SHARED) { /* whole, the pool held: see shared_until */
+        run_whole(paces, job, paced_as);
+        fm_end();
+        return how;
+    }
     if (how != FM_SPLIT) {
         fm_end();
         if (whole) {
@@ -1941,6 +2028,22 @@ static PyObject *py_set_shut_out(PyObject *self, PyObject *args)
     return PyFloat_FromDouble((double)before * 1e-9);
 }
 
+static PyObject *py_set_shared(PyObject *self, PyObject *args)
+{
+    double s;
+    if (!PyArg_ParseTuple(args, "d", &s)) {
+        return NULL;
+    }
+    if (!(s >= 0.0 && s <= 3600.0)) {
+        PyErr_Format(PyExc_ValueError, "set_shared: seconds must be from 0 to 3600, not %R",
+                     PyTuple_GET_ITEM(args, 0));
+        return NULL;
+    }
+    long long before = atomic_exchange(&shared_ns, (long long)(s * 1e9));
+    atomic_store(&shared_until, 0);
+    return PyFloat_FromDouble((double)before * 1e-9);
+}
+
 static PyObject *py_set_yield(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"seconds", "others", "foreign", "share", "free", NULL};
@@ -2010,7 +2113,9 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
     long long now = real_wall_ns();
     long long left = atomic_load(&shut_out_until) - now;
     long long yielding = atomic_load(&yield_until) - now;
-    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d,s:k,s:d,s:k,s:k,s:d,s:(dddd)}",
+    long long shared = atomic_load(&shared_until) - now;
+    return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d,s:k,s:d,s:k,s:k,s:d,s:(dddd),s:k,s:d,"
+                         "s:i}",
                          "workers", nworkers, "parks", atomic_load(&parks), "joins",
                          atomic_load(&joins), "parked", atomic_load(&sleepers), "spin",
                          (double)atomic_load(&spin_ns) * 1e-9,
@@ -2019,7 +2124,10 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
                          left > 0 ? (double)left * 1e-9 : 0.0, "yields", atomic_load(&yields),
                          "kept_yielding", atomic_load(&kept_yielding), "yielding",
                          yielding > 0 ? (double)yielding * 1e-9 : 0.0, "looked", looked[0],
-                         looked[1], looked[2], looked[3]);
+                         looked[1], looked[2], looked[3], "kept_shared",
+                         atomic_load(&kept_shared), "shared",
+                         shared > 0 ? (double)shared * 1e-9 : 0.0, "shared_callers",
+                         shared > 0 ? atomic_load(&shared_callers) : 0);
 }
 
 /* fixed_cost's pieces: each waits (a millisecond at most) until every thread of the call
@@ -2132,8 +2240,9 @@ static PyMethodDef methods[] = {
      "lately, or None; last: how the last ran, 'split', 'whole' or ''; every: the calls from\n"
      "one run kept whole to the next, 0 before the first)"},
     {"decide", py_decide, METH_VARARGS,
-     "decide(pace, n) -> SPLIT (1), or WHOLE_PACED (2) / WHOLE_SAMPLED (3): whether a call of\n"
-     "n elements splits now; time it and hand a whole run to kept(), a split to judge()"},
+     "decide(pace, n) -> SPLIT (1), or WHOLE_PACED (2) / WHOLE_SAMPLED (3) / WHOLE_SHARED (4,\n"
+     "other threads of the process calling too): whether a call of n elements splits now;\n"
+     "time it and hand a whole run to kept(), a split to judge()"},
     {"resume", py_resume, METH_VARARGS,
      "resume(pace, n): calls of about n elements split again now (a pause after a lost\n"
      "split ends; the next one doubles as before)"},
@@ -2176,6 +2285,10 @@ static PyMethodDef methods[] = {
     {"set_shut_out", py_set_shut_out, METH_VARARGS,
      "set_shut_out(seconds) -> previous: how long workers park at once after a split whose\n"
      "running worker was shut out of its core"},
+    {"set_shared", py_set_shared, METH_VARARGS,
+     "set_shared(seconds) -> previous: how long after a call found the pool busy (another\n"
+     "thread's) calls run whole or on fewer threads, beside the other threads' calls; the\n"
+     "span in course ends (0: never)"},
     {"set_yield", (PyCFunction)(void (*)(void))py_set_yield, METH_VARARGS | METH_KEYWORDS,
      "set_yield(seconds, others=0.5, foreign=0.05, share=0.15, free=0.5) -> previous\n"
      "seconds: how long every call runs whole once a split found its worker shut out while\n"
@@ -2191,13 +2304,15 @@ static PyMethodDef methods[] = {
      "with `on`, the record is emptied and tracing turned on or off"},
     {"stats", py_stats, METH_NOARGS,
      "stats() -> {workers, parks, joins, parked, spin, wakes, wake, moves, shut_out, yields,\n"
-     "kept_yielding, yielding, looked}: threads started, times one parked, joined a call,\n"
+     "kept_yielding, yielding, looked, kept_shared, shared, shared_callers}: threads\n"
+     "started, times one parked, joined a call,\n"
      "parked now; the spin (s); wake-ups from parked and their mean time (s) from a call's\n"
      "start to the worker running; times one joined a call on its caller's CPU and moved\n"
      "off it; how long (s) workers still park at once (set_shut_out); times calls began to\n"
      "run whole to yield to an oversubscribed machine, calls run whole so, how long (s) that\n"
      "lasts, and the last look's (others, foreign, share, free) (set_yield; -1.0: none\n"
-     "yet)"},
+     "yet); calls run whole beside other threads of the process calling too, how long (s)\n"
+     "that lasts, and how many such threads were seen"},
     {"fixed_cost", py_fixed_cost, METH_VARARGS,
      "fixed_cost(rounds, pause) -> seconds per parallel call whose threads each take one\n"
      "piece of no work (pause: seconds between calls; None: one thread, nothing splits)"},
@@ -2226,6 +2341,7 @@ PyMODINIT_FUNC PyInit__runtime(void)
     }
     if (PyModule_AddIntConstant(m, "SPLIT", FM_SPLIT) < 0
             || PyModule_AddIntConstant(m, "WHOLE_PACED", FM_WHOLE_PACED) < 0
+            || PyModule_AddIntConstant(m, "WHOLE_SHARED", FM_WHOLE_SHARED) < 0
             || PyModule_AddIntConstant(m, "WHOLE_SAMPLED", FM_WHOLE_SAMPLED) < 0
             || PyModule_AddIntConstant(m, "UNKNOWN", FM_UNKNOWN) < 0
             || PyModule_AddIntConstant(m, "ABSENT", FM_ABSENT) < 0

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define FM_CAPSULE "fastmath.dispatch._runtime._C_API"
-#define FM_API_VERSION 8
+#define FM_API_VERSION 9
 #define FM_MAXARGS 4
 #define FM_BUCKETS 40 /* pacing records per kernel: one per power of two of the length */
 #define FM_KEEP 3     /* whole runs remembered per record */
@@ -99,7 +99,11 @@ typedef struct {
 } fm_pace;
 enum { FM_RAN_SPLIT = 1, FM_RAN_WHOLE = 2 };
 
-enum { FM_NOT_RUN = 0, FM_SPLIT = 1, FM_WHOLE_PACED = 2, FM_WHOLE_SAMPLED = 3 };
+/* FM_WHOLE_SHARED: run whole because other threads of this process are calling too (each
+ * on a core of its own); split() and split_or_say() have run it (holding the pool, so that
+ * the other threads' calls meanwhile find it busy and the span goes on): see _runtime.c */
+enum { FM_NOT_RUN = 0, FM_SPLIT = 1, FM_WHOLE_PACED = 2, FM_WHOLE_SAMPLED = 3,
+       FM_WHOLE_SHARED = 4 };
 
 /* Whether a split's pool threads came (judge()'s `came`): FM_CAME, one or more joined it;
  * FM_ABSENT, none, although none had to be woken and the call was long enough for a
@@ -153,6 +157,7 @@ typedef struct {
     PyObject *(*pace_dict)(fm_pace *paces, intptr_t n);
     /* split() where a run kept whole is the caller's to make: FM_WHOLE_PACED or
      * FM_WHOLE_SAMPLED returned, nothing run; the caller times it and hands it to kept()
+     * (FM_WHOLE_SHARED: run already, as split() runs it)
      * (the loop mode runs NumPy's loop whole from its trampoline's own frame) */
     int (*split_or_say)(fm_pace *paces, fm_job *job, int threads);
     /* split() of a job whose pieces are its `piece` items exactly (split() cuts a piece to

@@ -102,13 +102,13 @@ static inline void count_how(Slot *s, int how)
     if (how == FM_SPLIT) {
         atomic_fetch_add_explicit(&s->split_calls, 1, memory_order_relaxed);
     }
-    else if (how == FM_WHOLE_PACED) {
+    else if (how == FM_WHOLE_PACED || how == FM_WHOLE_SHARED) {
         atomic_fetch_add_explicit(&s->paced_calls, 1, memory_order_relaxed);
     }
 }
 
 /* Split one run over the runtime's pool, or say that the pacing keeps it whole now (TIMED:
- * the trampoline runs it); PLAIN when the pool cannot take it. */
+ * the trampoline runs it); PLAIN when the pool cannot take it; DONE when it ran. */
 static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *data)
 {
     fm_job job;
@@ -124,7 +124,8 @@ static int split(Slot *s, char **args, npy_intp n, const npy_intp *steps, void *
     }
     int how = rt->split_or_say(s->pace, &job, 0);
     count_how(s, how);
-    return how == FM_SPLIT ? DONE : how == FM_NOT_RUN ? PLAIN : TIMED;
+    /* (FM_WHOLE_SHARED: the runtime ran it whole, beside other threads' calls) */
+    return how == FM_SPLIT || how == FM_WHOLE_SHARED ? DONE : how == FM_NOT_RUN ? PLAIN : TIMED;
 }
 
 /* Pieces may run in any order only if no output overlaps an input other than exactly. */

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,71 @@ def test_the_pools_workers_are_named_for_top_and_ps():
     assert all(n.startswith("fastmath-") and n[9:].isdigit() for n in names), names
 
 
+@pytest.mark.parametrize("way", ["numpy backend", "loop mode"])
+def test_calls_from_several_threads_run_whole_beside_each_other(way):
+    """A call that finds the pool busy with another thread's call runs whole in its own
+    thread, and from then on, while threads of the program keep calling together, no call
+    splits over the pool beyond the cores their calls leave (here: none, two threads of
+    two): each thread computes on its own core, as NumPy's calls from several threads do.
+    Splitting beside them took the other caller's core (two threads each calling np.exp
+    on 10^4 float64 under the loop mode: 0.85x as fast as NumPy's two). Once the span
+    ends, calls split again."""
+    import threading
+
+    inside, done = threading.Event(), threading.Event()
+
+    def piece():
+        inside.set()
+        time.sleep(0.002)
+    x = np.random.default_rng(7).random(200_000)
+    if way == "loop mode":
+        from fastmath.integrations import _loopmode
+        if not _loopmode.available():
+            pytest.skip(_loopmode.why_unavailable())
+        mode = fastmath.patch(mode="loops")
+        exp = np.exp  # (NumPy's own, its loop replaced while the mode is on)
+    else:
+        mode, exp = fastmath.backend("numpy"), fastmath.exp
+    before = _runtime.set_shared(60.0)  # a span long enough for a loaded machine
+    try:
+        with mode, _pieces(piece, 2) as call:
+            other = threading.Thread(target=lambda: (call(), done.set()))
+            other.start()
+            assert inside.wait(10)
+            found_busy = exp(x)  # the other thread's call holds the pool
+            overlapped = not done.is_set()
+            other.join()
+        if not overlapped:
+            pytest.skip("the other thread's call ended before this one did")
+        stats = _runtime.stats()
+        assert stats["shared"] > 0
+        assert stats["shared_callers"] == 1
+        joins, kept = stats["joins"], stats["kept_shared"]
+        with mode:
+            beside = [exp(x) for _ in range(20)]
+        stats = _runtime.stats()
+        assert stats["joins"] == joins  # nothing split
+        assert stats["kept_shared"] >= kept + 20
+        _runtime.set_shared(0.0)  # the span ends: calls split again
+        with mode:
+            for _ in range(50):  # (a parked worker may wake too late for one call)
+                after = exp(x)
+                if _runtime.stats()["joins"] > joins:
+                    break
+        assert _runtime.stats()["joins"] > joins
+    finally:
+        _runtime.set_shared(before)
+    want = np.exp(x).tobytes()
+    assert all(y.tobytes() == want for y in [found_busy, after, *beside])
+
+
+def test_set_shared_checks_its_argument():
+    with pytest.raises(ValueError, match="from 0 to 3600"):
+        _runtime.set_shared(-1.0)
+    before = _runtime.set_shared(0.02)
+    assert _runtime.set_shared(before) == pytest.approx(0.02)
+
+
 def test_a_split_whose_worker_took_few_pieces_counts_as_short_of_threads():
     """late() counts the caller's splits in which the pool's threads took under half their
     share of the pieces (auto's learning does not count such calls: on a VM, after the
@@ -271,7 +337,8 @@ def test_a_worker_that_joins_on_its_callers_cpu_moves_off_it():
     its caller's CPU moves to another CPU it may use, and may then run anywhere again.
     Here the caller is held on one CPU and its worker put beside it (its affinity then
     widened again, as a running thread it stays) before each call; the kernel's load
-    balancer may move it first, so some tries find nothing to do."""
+    balancer may move it first, so some tries find nothing to do: tries go on until one
+    moved (15 at most)."""
     code = """
         import os
         import numpy as np, fastmath
@@ -299,7 +366,9 @@ def test_a_worker_that_joins_on_its_callers_cpu_moves_off_it():
                     pass
                 return None
             moved = tried = 0
-            for _ in range(40):
+            for _ in range(5000):  # (mostly the balancer has moved it first: no call then)
+                if moved or tried >= 15:
+                    break
                 for w in workers:
                     os.sched_setaffinity(w, {c})
                     os.sched_setaffinity(w, cpus)
@@ -324,7 +393,12 @@ def test_a_worker_that_joins_on_its_callers_cpu_moves_off_it():
                        text=True, timeout=120, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     workers, tried, moved = map(int, r.stdout.split())
-    assert workers == 1 and tried > 0 and moved > 0, r.stdout
+    assert workers == 1, r.stdout
+    if not moved and tried < 15:
+        # a try only finds the worker on its caller's CPU as the call begins; on a 2-vCPU
+        # VM about 4 in 10 then joined there (the rest were moved by the kernel first)
+        pytest.skip(f"the kernel moved the worker off its caller's CPU first ({tried} tries)")
+    assert moved > 0, r.stdout
 
 
 _SHUT_OUT = """
