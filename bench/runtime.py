@@ -1,7 +1,7 @@
 """fastmath's native runtime (fastmath/dispatch/_runtime.c) as a program meets it.
 
     python bench/runtime.py [--rounds 9] [--busy]
-                            [--sections cost,split,bursts,idle,blas,threads,rows]
+                            [--sections cost,split,bursts,idle,blas,threads,processes,rows]
                             [--sizes 1e4,1e5,1e6,1e7]
 
 - cost: the fixed cost of a parallel call with nothing to do, its workers warm (calls
@@ -32,6 +32,10 @@
   its own float64 array, NumPy's and under the loop mode and fastmath's: several threads
   of a program calling at once (a thread pool, Dask's threaded scheduler) each compute on
   a core of their own, and a split beside them takes another caller's core.
+- processes: as many processes as cores (a process pool), each calling exp on its own
+  float64 array, plainly or each under the loop mode: each would split its calls over
+  every core, and the registry of fastmath's processes keeps them from splitting beside
+  each other (docs/configuration.md).
 - rows: calls NumPy cuts into rows or casts in buffers, plain and under the loop mode
   (which runs them by rows over the pool): a bias added in place, a column subtracted, an
   outer product, exp of a strided view, at 200,000 x 64 float64; log of int64 counts and
@@ -249,6 +253,56 @@ def user_threads(args):
         pool.shutdown()
 
 
+def _process_calls(job):
+    """In a pool's process: seconds for ``reps`` calls of exp on n float64 (out= given),
+    plainly or under the loop mode, after 20 calls to warm up."""
+    n, mode, reps = job
+    x = np.random.default_rng(os.getpid()).random(n)
+    out = np.empty(n)
+    patch = fastmath.patch(mode="loops") if mode == "loops" else None
+    if patch is not None:
+        patch.__enter__()
+    try:
+        for _ in range(20):
+            np.exp(x, out=out)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            np.exp(x, out=out)
+        return time.perf_counter() - t0, _runtime.stats().get("processes", 0)
+    finally:
+        if patch is not None:
+            patch.__exit__(None, None, None)
+
+
+def processes(args):
+    cores = len(os.sched_getaffinity(0))
+    print(f"\n## {cores} processes at once (a process pool), each calling exp on its own float64 "
+          "array, plainly or under the loop mode (ratio: plain / loop mode, the slowest "
+          "process's time, median of the rounds' ratios)")
+    if cores < 2:
+        print("one core: nothing splits")
+        return
+    registry = _runtime.registry() if hasattr(_runtime, "registry") else {"path": None,
+                                                                         "why": "none"}
+    print(f"registry of fastmath's processes: {registry['path'] or 'none: ' + registry['why']}")
+    with mp.get_context("spawn").Pool(cores) as pool:
+        for n in args.sizes:
+            reps = max(10, int(1.5e8 // n))  # about 0.1-0.2 s a process a round
+            times = {"plain": [], "loops": []}
+            seen = []
+            for r in range(args.rounds):
+                for mode in ("plain", "loops") if r % 2 else ("loops", "plain"):
+                    got = pool.map(_process_calls, [(n, mode, reps)] * cores)
+                    times[mode].append(max(t for t, _ in got))
+                    if mode == "loops":
+                        seen += [p for _, p in got]
+            ratio = statistics.median(a / b for a, b in zip(times["plain"], times["loops"]))
+            print(f"{n:>11,}: plain {statistics.median(times['plain']) * 1e3:6.1f} ms, loop mode "
+                  f"{statistics.median(times['loops']) * 1e3:6.1f} ms, {ratio:.2f}x (other "
+                  f"processes seen calling at the end: {statistics.median(seen):.0f})",
+                  flush=True)
+
+
 def rows(args):
     print("\n## calls NumPy cuts into rows or casts in buffers, 200000 x 64 (ratio: plain / "
           "loop mode)")
@@ -352,14 +406,15 @@ def changes(args):
 
 
 SECTIONS = {"cost": cost, "split": split, "bursts": bursts, "idle": idle, "blas": blas,
-            "threads": user_threads, "rows": rows, "crossover": crossover, "changes": changes}
+            "threads": user_threads, "processes": processes, "rows": rows,
+            "crossover": crossover, "changes": changes}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--busy", action="store_true", help="another process busy on one core")
-    p.add_argument("--sections", default="cost,split,bursts,idle,blas,threads,rows",
+    p.add_argument("--sections", default="cost,split,bursts,idle,blas,threads,processes,rows",
                    help=f"comma-separated, of: {', '.join(SECTIONS)}")
     p.add_argument("--sizes", default="1e4,1e5,1e6,1e7",
                    help="the split section's sizes, comma-separated (1e4, 30000, ...)")

@@ -17,10 +17,12 @@ from .. import backends as _backends
 from . import _fpe
 
 # every variable read() reads (the docs test holds the pages to this list)
-# (and FASTMATH_PATCH, which the start-up hook reads before fastmath is imported: _startup)
+# (and FASTMATH_PATCH, which the start-up hook reads before fastmath is imported: _startup;
+# and FASTMATH_REGISTRY, which the native runtime reads as it loads: _runtime.c)
 VARIABLES = ("FASTMATH_BACKEND", "FASTMATH_AUTO", "FASTMATH_NUM_THREADS", "FASTMATH_STRICT",
              "FASTMATH_VERIFY",
-             "FASTMATH_CALIBRATION", "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY", "FASTMATH_PATCH")
+             "FASTMATH_CALIBRATION", "FASTMATH_LOG", "FASTMATH_CUDA_MEMORY", "FASTMATH_PATCH",
+             "FASTMATH_REGISTRY")
 BACKEND_NAMES = ("auto",) + _backends.NAMES
 
 

@@ -33,6 +33,29 @@ try:
 except ImportError:  # built without a compiler: nothing is paced
     _runtime = None
 
+
+def _registry_warning() -> None:
+    """Warn once, at the user's ``import``, where the registry of fastmath's processes on
+    this machine (dispatch/_runtime.c) was a file that is not fastmath's."""
+    if _runtime is None:
+        return
+    said = _runtime.registry()
+    if not said["warn"]:
+        return
+    import warnings
+
+    from . import _fpe
+    if said["path"] is not None:
+        text = f"{said['path']} was not the registry of fastmath's processes; replaced"
+    else:
+        text = (f"{said['why']}: each fastmath process splits its calls as if alone on this "
+                "machine. Remove that file, or set FASTMATH_REGISTRY to another path (off: "
+                "none)")
+    warnings.warn(f"fastmath: {text}", RuntimeWarning, stacklevel=_fpe.user_stacklevel())
+
+
+_registry_warning()
+
 # A chunk smaller than this costs more in handoff (a lock and a Python call, a few us)
 # than it can win back in balance.
 MIN_CHUNK_BYTES = 1 << 16

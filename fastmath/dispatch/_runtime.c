@@ -54,13 +54,17 @@
 #include <numpy/arrayobject.h>
 #include <numpy/ufuncobject.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -520,6 +524,8 @@ static void *worker(void *unused)
     return NULL;
 }
 
+static void registry_after_fork(void);
+
 static void after_fork_in_child(void)
 {
     pthread_mutex_init(&lock, NULL);
@@ -531,6 +537,8 @@ static void after_fork_in_child(void)
     nworkers = 0;
     pthread_mutex_init(&usage_lock, NULL);
     usage_then.valid = 0;
+    atomic_store(&shared_until, 0); /* the parent's other threads are not the child's */
+    registry_after_fork();
 }
 
 static void register_atfork(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
@@ -576,6 +584,218 @@ __attribute__((visibility("default"))) void fastmath_runtime_set_num_threads(int
     atomic_store(&nthreads, n < 1 ? default_threads() : n > MAXTHREADS ? MAXTHREADS : n);
 }
 
+/* ---- the other fastmath processes on this machine ---------------------------------- */
+
+/* Two processes on two cores, each calling np.exp under the loop mode (a multiprocessing
+ * pool, pytest-xdist, two jobs), split each call over both cores: each one's worker takes
+ * the other's core, each one's whole runs are timed while the other's worker shares its
+ * core, and each pacing finds its splits faster than those whole runs, so both split on
+ * and both lose (10^4 float64 0.71-0.84x, 10^5 0.78-0.88x the speed of NumPy in both,
+ * 2-vCPU AMD EPYC; bench/runtime.py's `processes`). No one process can see it. So the
+ * processes of one user share a registry, a page of /dev/shm (as Intel's OpenMP runtime
+ * registers its processes there): a slot per process (its pid, until when it calls, the
+ * CPUs it may use), written at most every REG_ACTIVE_NS / 8 as it calls and read (its
+ * CPUs looked up again) at most every REG_LOOK_NS. A split takes its limit's share: the
+ * limit divided among this process and the others calling now on CPUs it may use too
+ * (two of two cores: none splits). A process that does not call, or calls only below a
+ * split's size, is not counted, nor one of another user's or without the registry: the
+ * pacing answers for those, as for any other busy process. A dead process's slot is
+ * taken by the next process that needs one. FASTMATH_REGISTRY names another file, or with
+ * "off" none. A file there that is not the registry (another size, no magic number) is
+ * replaced, with a warning; where the file cannot be opened (no /dev/shm), or is not a
+ * regular file of this user's, the runtime goes without (registry() says why). */
+#define REG_VERSION 1
+#define REG_SLOTS 63
+#define REG_MAGIC 0x31306d7274736166ULL /* "fastrm01" */
+#define REG_ACTIVE_NS 10000000LL /* a process is calling until this long after a call */
+#define REG_LOOK_NS 1000000LL
+typedef struct {
+    _Alignas(64) atomic_int pid;
+    atomic_llong active_until; /* CLOCK_MONOTONIC ns, the same for every process */
+    atomic_ullong cpus;        /* the CPUs it may use, CPU k as bit k % 64 */
+} RegSlot;
+typedef struct {
+    _Alignas(64) atomic_ullong magic;
+    RegSlot slot[REG_SLOTS];
+} Registry;
+static Registry *reg = NULL;
+static char reg_path[4096] = "";
+static char reg_why[4400] = "not opened";
+static int reg_warn = 0; /* registry_open() found something to warn of */
+static RegSlot *_Atomic reg_mine = NULL;
+static atomic_int reg_full = 0; /* no slot was free */
+static atomic_ullong reg_cpus = 0;
+static atomic_llong reg_published = 0, reg_looked = LLONG_MIN / 2;
+static atomic_int reg_others = 0;
+
+static unsigned long long cpus_folded(void)
+{
+    cpu_set_t set;
+    unsigned long long bits = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        return ~0ULL;
+    }
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &set)) {
+            bits |= 1ULL << (c % 64);
+        }
+    }
+    return bits;
+}
+
+/* Map the registry, creating it; a file there that is not fastmath's registry (another
+ * size, another magic number) is replaced, one not a regular file of this user's left
+ * alone. Returns 0, or 1 with reg_why saying what was wrong (for the warning). */
+static int registry_open(void)
+{
+    const char *given = getenv("FASTMATH_REGISTRY");
+    if (given != NULL && (given[0] == '\0' || strcmp(given, "off") == 0
+                          || strcmp(given, "0") == 0)) {
+        snprintf(reg_why, sizeof reg_why, "off (FASTMATH_REGISTRY=%s)", given);
+        return 0;
+    }
+    if (given != NULL && strlen(given) >= sizeof reg_path) {
+        snprintf(reg_why, sizeof reg_why, "FASTMATH_REGISTRY is too long a path");
+        return 1;
+    }
+    if (given != NULL) {
+        snprintf(reg_path, sizeof reg_path, "%s", given);
+    }
+    else {
+        snprintf(reg_path, sizeof reg_path, "/dev/shm/fastmath-runtime-%d-%u", REG_VERSION,
+                 (unsigned)getuid());
+    }
+    int replaced = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = open(reg_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            int e = errno;
+            snprintf(reg_why, sizeof reg_why, "cannot open %s: %s", reg_path, strerror(e));
+            /* (no /dev/shm, or a read-only one: said by registry(), not warned of) */
+            return given == NULL && (e == ENOENT || e == EACCES || e == EROFS) ? 0 : 1;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid()) {
+            snprintf(reg_why, sizeof reg_why, "%s is not a regular file of this user's",
+                     reg_path);
+            close(fd);
+            return 1;
+        }
+        if (st.st_size == 0 && ftruncate(fd, sizeof(Registry)) != 0) {
+            snprintf(reg_why, sizeof reg_why, "cannot size %s: %s", reg_path, strerror(errno));
+            close(fd);
+            return 0;
+        }
+        void *p = MAP_FAILED;
+        if (st.st_size == 0 || st.st_size == (off_t)sizeof(Registry)) {
+            p = mmap(NULL, sizeof(Registry), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        }
+        close(fd);
+        if (p != MAP_FAILED) {
+            unsigned long long found = 0;
+            Registry *r = p;
+            if (atomic_compare_exchange_strong(&r->magic, &found, REG_MAGIC)
+                    || found == REG_MAGIC) {
+                reg = r;
+                atomic_store(&reg_cpus, cpus_folded());
+                snprintf(reg_why, sizeof reg_why, replaced ? "replaced" : "");
+                return replaced;
+            }
+            munmap(p, sizeof(Registry));
+        }
+        if (attempt == 0) { /* not fastmath's registry: a new one in its place */
+            unlink(reg_path);
+            replaced = 1;
+        }
+    }
+    snprintf(reg_why, sizeof reg_why, "%s is not fastmath's registry", reg_path);
+    return 1;
+}
+
+/* This process's slot, claimed at its first call: a free one, or a dead process's */
+static RegSlot *registry_slot(void)
+{
+    RegSlot *mine = atomic_load_explicit(&reg_mine, memory_order_acquire);
+    if (mine != NULL || reg == NULL || atomic_load_explicit(&reg_full, memory_order_relaxed)) {
+        return mine;
+    }
+    int me = getpid();
+    for (int i = 0; i < REG_SLOTS; i++) {
+        RegSlot *s = &reg->slot[i];
+        int pid = atomic_load(&s->pid);
+        if (pid == me) { /* (two threads of this process at once) */
+            atomic_store(&reg_mine, s);
+            return s;
+        }
+        if (pid != 0 && !(kill(pid, 0) != 0 && errno == ESRCH)) {
+            continue;
+        }
+        atomic_store(&s->active_until, 0);
+        if (atomic_compare_exchange_strong(&s->pid, &pid, me)) {
+            atomic_store(&s->cpus, atomic_load(&reg_cpus));
+            atomic_store(&reg_mine, s);
+            return s;
+        }
+    }
+    atomic_store(&reg_full, 1);
+    return NULL;
+}
+
+/* This process calls now (from fm_begin: a call long enough to split) */
+static void registry_calls(long long now)
+{
+    if (reg == NULL) {
+        return;
+    }
+    long long until = now + REG_ACTIVE_NS;
+    if (until - atomic_load_explicit(&reg_published, memory_order_relaxed)
+            < REG_ACTIVE_NS / 8) {
+        return;
+    }
+    RegSlot *s = registry_slot();
+    if (s != NULL) {
+        atomic_store_explicit(&s->cpus, atomic_load_explicit(&reg_cpus, memory_order_relaxed),
+                              memory_order_relaxed);
+        atomic_store_explicit(&s->active_until, until, memory_order_relaxed);
+        atomic_store_explicit(&reg_published, until, memory_order_relaxed);
+    }
+}
+
+/* The other processes calling now on CPUs this one may use (looked up every REG_LOOK_NS) */
+static int registry_others(long long now)
+{
+    if (reg == NULL) {
+        return 0;
+    }
+    if (now - atomic_load_explicit(&reg_looked, memory_order_relaxed) < REG_LOOK_NS) {
+        return atomic_load_explicit(&reg_others, memory_order_relaxed);
+    }
+    RegSlot *mine = atomic_load_explicit(&reg_mine, memory_order_relaxed);
+    unsigned long long cpus = cpus_folded(); /* (the program may have changed them) */
+    atomic_store_explicit(&reg_cpus, cpus, memory_order_relaxed);
+    int n = 0;
+    for (int i = 0; i < REG_SLOTS; i++) {
+        RegSlot *s = &reg->slot[i];
+        if (s != mine && atomic_load_explicit(&s->pid, memory_order_relaxed) != 0
+                && atomic_load_explicit(&s->active_until, memory_order_relaxed) > now
+                && (atomic_load_explicit(&s->cpus, memory_order_relaxed) & cpus)) {
+            n++;
+        }
+    }
+    atomic_store_explicit(&reg_others, n, memory_order_relaxed);
+    atomic_store_explicit(&reg_looked, now, memory_order_relaxed);
+    return n;
+}
+
+/* after fork(): the child is another process, with a slot of its own to claim */
+static void registry_after_fork(void)
+{
+    atomic_store(&reg_mine, NULL);
+    atomic_store(&reg_full, 0);
+    atomic_store(&reg_published, 0);
+    atomic_store(&reg_looked, LLONG_MIN / 2);
+}
+
 static _Thread_local int holding = 0; /* this thread holds the pool (fm_begin) */
 
 /* A call found the pool busy: see shared_until */
@@ -606,20 +826,31 @@ static void collided(void)
     }
 }
 
-/* The threads a split may take now: `threads` less one for each other thread calling in
- * the span (see shared_until) */
+/* The threads a split may take now: this process's share of `threads` beside the other
+ * fastmath processes calling now (registry), less one for each other thread of this
+ * process calling in the span (see shared_until) */
 static int beside_callers(int threads)
 {
     long long until = atomic_load_explicit(&shared_until, memory_order_relaxed);
-    if (until == 0 || real_wall_ns() >= until) {
+    if (until == 0 && reg == NULL) {
         return threads;
     }
-    int left = threads - atomic_load_explicit(&shared_callers, memory_order_relaxed);
-    return left < 1 ? 1 : left;
+    long long now = real_wall_ns();
+    int processes = registry_others(now);
+    if (processes > 0) { /* this process's share of its limit (registry) */
+        threads /= processes + 1;
+    }
+    if (now < until) {
+        threads -= atomic_load_explicit(&shared_callers, memory_order_relaxed);
+    }
+    return threads < 1 ? 1 : threads;
 }
 
 static int fm_begin(void)
 {
+    if (reg != NULL) {
+        registry_calls(real_wall_ns());
+    }
     if (pthread_mutex_trylock(&pool.busy) != 0) {
         collided();
         return 0;
@@ -2028,6 +2259,24 @@ static PyObject *py_set_shut_out(PyObject *self, PyObject *args)
     return PyFloat_FromDouble((double)before * 1e-9);
 }
 
+static PyObject *py_registry(PyObject *self, PyObject *unused)
+{
+    RegSlot *mine = atomic_load(&reg_mine);
+    long long now = real_wall_ns();
+    atomic_store(&reg_looked, LLONG_MIN / 2); /* a fresh look */
+    int processes = registry_others(now);
+    if (reg == NULL) {
+        return Py_BuildValue("{s:O,s:s,s:O,s:i,s:O}", "path", Py_None, "why", reg_why, "slot",
+                             Py_None, "processes", 0, "warn", reg_warn ? Py_True : Py_False);
+    }
+    PyObject *slot = mine == NULL ? Py_NewRef(Py_None) : PyLong_FromLong(mine - reg->slot);
+    if (slot == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("{s:s,s:s,s:N,s:i,s:O}", "path", reg_path, "why", reg_why, "slot", slot,
+                         "processes", processes, "warn", reg_warn ? Py_True : Py_False);
+}
+
 static PyObject *py_set_shared(PyObject *self, PyObject *args)
 {
     double s;
@@ -2114,8 +2363,9 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
     long long left = atomic_load(&shut_out_until) - now;
     long long yielding = atomic_load(&yield_until) - now;
     long long shared = atomic_load(&shared_until) - now;
+    int processes = registry_others(now);
     return Py_BuildValue("{s:i,s:k,s:k,s:i,s:d,s:k,s:d,s:k,s:d,s:k,s:k,s:d,s:(dddd),s:k,s:d,"
-                         "s:i}",
+                         "s:i,s:i}",
                          "workers", nworkers, "parks", atomic_load(&parks), "joins",
                          atomic_load(&joins), "parked", atomic_load(&sleepers), "spin",
                          (double)atomic_load(&spin_ns) * 1e-9,
@@ -2127,7 +2377,7 @@ static PyObject *py_stats(PyObject *self, PyObject *unused)
                          looked[1], looked[2], looked[3], "kept_shared",
                          atomic_load(&kept_shared), "shared",
                          shared > 0 ? (double)shared * 1e-9 : 0.0, "shared_callers",
-                         shared > 0 ? atomic_load(&shared_callers) : 0);
+                         shared > 0 ? atomic_load(&shared_callers) : 0, "processes", processes);
 }
 
 /* fixed_cost's pieces: each waits (a millisecond at most) until every thread of the call
@@ -2285,6 +2535,12 @@ static PyMethodDef methods[] = {
     {"set_shut_out", py_set_shut_out, METH_VARARGS,
      "set_shut_out(seconds) -> previous: how long workers park at once after a split whose\n"
      "running worker was shut out of its core"},
+    {"registry", py_registry, METH_NOARGS,
+     "registry() -> {path, why, slot, processes, warn}: the registry of the fastmath processes\n"
+     "on this machine (path None where the runtime goes without it, `why` saying why; warn:\n"
+     "the file there was not fastmath's registry, replaced or left alone), this\n"
+     "process's slot there (None before its first call long enough to split), and how many\n"
+     "other processes call now on CPUs this one may use"},
     {"set_shared", py_set_shared, METH_VARARGS,
      "set_shared(seconds) -> previous: how long after a call found the pool busy (another\n"
      "thread's) calls run whole or on fewer threads, beside the other threads' calls; the\n"
@@ -2304,15 +2560,16 @@ static PyMethodDef methods[] = {
      "with `on`, the record is emptied and tracing turned on or off"},
     {"stats", py_stats, METH_NOARGS,
      "stats() -> {workers, parks, joins, parked, spin, wakes, wake, moves, shut_out, yields,\n"
-     "kept_yielding, yielding, looked, kept_shared, shared, shared_callers}: threads\n"
-     "started, times one parked, joined a call,\n"
+     "kept_yielding, yielding, looked, kept_shared, shared, shared_callers, processes}:\n"
+     "threads started, times one parked, joined a call,\n"
      "parked now; the spin (s); wake-ups from parked and their mean time (s) from a call's\n"
      "start to the worker running; times one joined a call on its caller's CPU and moved\n"
      "off it; how long (s) workers still park at once (set_shut_out); times calls began to\n"
      "run whole to yield to an oversubscribed machine, calls run whole so, how long (s) that\n"
      "lasts, and the last look's (others, foreign, share, free) (set_yield; -1.0: none\n"
      "yet); calls run whole beside other threads of the process calling too, how long (s)\n"
-     "that lasts, and how many such threads were seen"},
+     "that lasts, and how many such threads were seen; other fastmath processes calling\n"
+     "now on CPUs this one may use (registry())"},
     {"fixed_cost", py_fixed_cost, METH_VARARGS,
      "fixed_cost(rounds, pause) -> seconds per parallel call whose threads each take one\n"
      "piece of no work (pause: seconds between calls; None: one thread, nothing splits)"},
@@ -2329,10 +2586,12 @@ PyMODINIT_FUNC PyInit__runtime(void)
     import_array();
     import_umath();
     atomic_store(&nthreads, default_threads());
+    pthread_once(&atfork_once, register_atfork);
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) {
         return NULL;
     }
+    reg_warn = registry_open(); /* warned of by dispatch/_parallel.py, at the user's line */
     PyObject *cap = PyCapsule_New(&api, FM_CAPSULE, NULL);
     if (cap == NULL || PyModule_AddObject(m, "_C_API", cap) < 0) {
         Py_XDECREF(cap);

@@ -141,7 +141,19 @@ def collect() -> dict:
         # OpenBLAS's own, 28), and who said so (fastmath/__init__.py)
         "openblas_spin": {"value": os.environ.get("OPENBLAS_THREAD_TIMEOUT"),
                           "source": fastmath._blas_spin_source},
+        "processes": processes(),
     }
+
+
+def processes() -> dict:
+    """The registry of fastmath's processes on this machine (dispatch/_runtime.c): its file
+    (None: none, `why` says why) and the other processes calling now on this one's CPUs."""
+    try:
+        from ..dispatch import _runtime
+    except ImportError:
+        return {"registry": None, "why": "the native runtime is not built", "calling": 0}
+    said = _runtime.registry()
+    return {"registry": said["path"], "why": said["why"] or None, "calling": said["processes"]}
 
 
 def shown(setting, value) -> str:
@@ -149,6 +161,13 @@ def shown(setting, value) -> str:
     if value is None and setting == "calibration":
         return "built-in defaults"
     return "nothing learned" if value is None and setting == "learned" else str(value)
+
+
+def processes_shown(p) -> str:
+    """info()'s "processes" for people."""
+    if p["registry"] is None:
+        return f"no registry of fastmath's processes ({p['why']})"
+    return f"{p['calling']} other fastmath processes calling now (registry {p['registry']})"
 
 
 def spin_shown(spin) -> str:
@@ -174,6 +193,7 @@ def render(d: dict) -> str:
     lines += [f"  {k:<11} {shown(k, v['value'])}  ({v['source']})"
               for k, v in d["settings"].items()]
     lines.append("openblas spin: " + spin_shown(d["openblas_spin"]))
+    lines.append("processes: " + processes_shown(d["processes"]))
     env = d["config"]["environment"]
     lines.append("environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
     return "\n".join(lines)

@@ -7,7 +7,8 @@ gains later is never hidden.
 from __future__ import annotations
 
 _LAID_OUT = ("fastmath", "python", "platform", "versions", "backends", "compiled", "threads",
-             "selection", "config", "settings", "cpu", "gpus", "thread_pools", "openblas_spin")
+             "selection", "config", "settings", "cpu", "gpus", "thread_pools", "openblas_spin",
+             "processes")
 
 
 def show_info(d: dict, file=None) -> None:
@@ -20,7 +21,7 @@ def show_info(d: dict, file=None) -> None:
         print(render(d), file=file)
         return
     console = Console(file=file, highlight=False)
-    from ._info import shown, spin_shown
+    from ._info import processes_shown, shown, spin_shown
 
     def pairs(title, rows):
         t = Table(title=title, title_justify="left", show_header=False, box=None,
@@ -41,6 +42,7 @@ def show_info(d: dict, file=None) -> None:
         ("cores", f"{cpu['usable_cores']} usable of {cpu['logical_cores']}"),
         ("threads", ", ".join(f"{k} {v}" for k, v in d["thread_pools"].items())),
         ("openblas spin", spin_shown(d["openblas_spin"])),
+        ("processes", processes_shown(d["processes"])),
         ("GPUs", "; ".join(f"cuda:{g['index']} {g['name']} {g['memory_gib']} GiB "
                            f"(sm {g['capability']})" for g in gpus["devices"]) or gpus["note"]),
     ])

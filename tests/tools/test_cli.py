@@ -2,6 +2,7 @@
 ``check`` (and that it can fail), a usage error naming the valid choices for every bad
 option value."""
 import json
+import os
 from pathlib import Path
 import re
 import subprocess
@@ -47,6 +48,8 @@ def test_info_json_is_machine_readable():
     assert d["backends"]["numpy"] == "available"
     assert d["versions"]["numpy"] == np.__version__
     assert d["cpu"]["logical_cores"] >= 1
+    assert d["processes"]["calling"] >= 0
+    assert d["processes"]["registry"] is None or os.path.exists(d["processes"]["registry"])
 
 
 def test_info_table_names_every_backend_and_the_selection(capsys):
