@@ -846,17 +846,23 @@ static int beside_callers(int threads)
     return threads < 1 ? 1 : threads;
 }
 
-static int fm_begin(void)
+/* The pool for this thread's call, or 0 where another thread's call holds it */
+static int pool_take(void)
 {
-    if (reg != NULL) {
-        registry_calls(real_wall_ns());
-    }
     if (pthread_mutex_trylock(&pool.busy) != 0) {
         collided();
         return 0;
     }
     holding = 1;
     return 1;
+}
+
+static int fm_begin(void)
+{
+    if (reg != NULL) {
+        registry_calls(real_wall_ns());
+    }
+    return pool_take();
 }
 
 static void fm_end(void)
@@ -1220,7 +1226,10 @@ static int split_or_whole(fm_pace *paces, fm_job *job, int threads, int whole,
                           intptr_t size)
 {
     threads = within(threads);
-    if (threads <= 1 || !fm_begin()) {
+    if (reg != NULL) { /* (a process on one thread calls too: its core is taken) */
+        registry_calls(real_wall_ns());
+    }
+    if (threads <= 1 || !pool_take()) {
         return FM_NOT_RUN;
     }
     intptr_t paced_as = size > 0 ? size : job->n;

@@ -45,11 +45,13 @@ def _run(code, env, timeout=120):
 
 
 @TWO_CPUS
-def test_processes_calling_at_once_split_only_their_share(tmp_path):
+@pytest.mark.parametrize("its_threads", ["2", "1"])
+def test_processes_calling_at_once_split_only_their_share(tmp_path, its_threads):
     """Two processes on two cores, each calling exp on 200,000 float64: each splitting over
     both cores took the other's (two processes under the loop mode, 10^5 float64: 0.71-0.88x
-    the speed of NumPy in both). While another process calls, a process's share of its two
-    threads is one: nothing splits. Alone again, its calls split."""
+    the speed of NumPy in both). While another process calls (on two threads, or on one:
+    whole, its core taken all the same), a process's share of its two threads is one:
+    nothing splits. Alone again, its calls split."""
     registry, stop = tmp_path / "registry", tmp_path / "stop"
     busy = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(CALLS) + textwrap.dedent(f"""
@@ -59,7 +61,7 @@ def test_processes_calling_at_once_split_only_their_share(tmp_path):
             while not os.path.exists({str(stop)!r}) and time.monotonic() < end:
                 calls(10)
         """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=_env(registry), cwd=ROOT)
+        env=dict(_env(registry), FASTMATH_NUM_THREADS=its_threads), cwd=ROOT)
     try:
         assert busy.stdout.readline().strip() == "0"  # the first slot, the registry new
         beside = _run("""
