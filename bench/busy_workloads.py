@@ -19,6 +19,11 @@ leaves BLAS's woken thread decides it): judge by 20 rounds or more. Report the l
 average.
 
 python bench/busy_workloads.py [--only Gaussian Logit softmax] [--rounds 20] [--idle]
+python bench/busy_workloads.py --paired [--rounds 20] [--idle]
+
+``--paired`` times the softmax step by step instead, each mode's step beside a step of
+its reference (see ``paired``): finer than whole runs, whose time moves by tens of percent
+with a core busy.
 
 ``softmax`` is a batched matrix product and a softmax over its rows (16 x 256 x 256), 120
 steps a run (the median time of its matrix products is printed too); the others are
@@ -119,6 +124,81 @@ def timed(mode, fn, state):
             _runtime.set_yield(seconds)
 
 
+def paired(rounds: int, steps: int = 20) -> None:
+    """The softmax workload step by step, each step of a mode beside a step of its
+    reference, alternating (the order flipping each step): a whole run's time moves by
+    tens of percent on a shared machine with a core busy (where BLAS's woken thread lands),
+    and a step's neighbour sees the same machine. Pairs: fastmath's exp in NumPy's place
+    (``as np``) against NumPy's; under ``fastmath.patch()`` against plain; under the loop
+    mode as shipped against the loop mode on one thread (nothing splits: NumPy's loops
+    called as NumPy calls them). A round is ``steps`` steps of each; printed: the median
+    and quartiles of the ratios of the pairs of steps (the reference's time over the
+    mode's, the two steps run side by side), then of the rounds' (their steps' sums, which
+    a few steps a hundred times as long decide: BLAS's woken thread waiting behind the busy
+    core), and the median step time of each side."""
+    rng = np.random.default_rng(2)
+    q, k = rng.standard_normal((16, 256, 64)), rng.standard_normal((16, 64, 256))
+
+    def step(ns):
+        t0 = time.perf_counter()
+        p = q @ k
+        e = ns.exp(p - p.max(-1, keepdims=True))
+        e / e.sum(-1, keepdims=True)
+        return time.perf_counter() - t0
+
+    def in_patch():
+        with fastmath.patch():
+            return step(np)
+
+    threads = _runtime.threads()
+
+    def one_thread():
+        _runtime.set_threads(1)
+        try:
+            return step(np)
+        finally:
+            _runtime.set_threads(threads)
+
+    pairs = {"as np": (lambda: step(np), lambda: step(fastmath)),
+             "patch": (lambda: step(np), in_patch),
+             "loops": (one_thread, lambda: step(np))}
+    print(f"\nproduct + softmax, step by step ({steps} steps of each side a round, "
+          f"{rounds} rounds): reference / mode")
+    for name, (reference, mode) in pairs.items():
+        loops = fastmath.patch(mode="loops") if name == "loops" else None
+        if loops is not None:
+            loops.__enter__()
+        try:
+            for _ in range(3):  # warm
+                reference(), mode()
+            ratios, ref_steps, mode_steps = [], [], []
+            for r in range(rounds):
+                a = b = 0.0
+                for i in range(steps):
+                    if (i + r) % 2:
+                        ta = reference()
+                        tb = mode()
+                    else:
+                        tb = mode()
+                        ta = reference()
+                    a, b = a + ta, b + tb
+                    ref_steps.append(ta)
+                    mode_steps.append(tb)
+                ratios.append(a / b)
+        finally:
+            if loops is not None:
+                loops.__exit__(None, None, None)
+        lo, mid, hi = statistics.quantiles(ratios, n=4)
+        plo, pmid, phi = statistics.quantiles([a / b for a, b in zip(ref_steps, mode_steps)],
+                                              n=4)
+        reference_name = {"as np": "NumPy", "patch": "plain",
+                          "loops": "the loop mode on one thread"}[name]
+        print(f"  {name:6s} pairs of steps {pmid:.3f}x (quartiles {plo:.3f}-{phi:.3f}), "
+              f"rounds {mid:.3f}x ({lo:.3f}-{hi:.3f}); a step "
+              f"{statistics.median(mode_steps) * 1e3:.2f} ms, {reference_name}'s "
+              f"{statistics.median(ref_steps) * 1e3:.2f} ms", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=["Gaussian", "Logit", "softmax"],
@@ -126,6 +206,8 @@ def main():
                         "by default the three the runtime's acceptance names)")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--idle", action="store_true", help="no competing process")
+    p.add_argument("--paired", action="store_true",
+                   help="the softmax step by step, each mode beside its reference (paired())")
     args = p.parse_args()
     if not os.path.isdir("/proc/self/task"):
         sys.exit("busy_workloads.py reads /proc: Linux only")
@@ -142,6 +224,10 @@ def main():
     try:
         print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores, one core "
               f"{'idle' if args.idle else 'busy'}, {args.rounds} interleaved rounds")
+        if args.paired:
+            paired(args.rounds)
+            print(f"\nload average {os.getloadavg()[0]:.2f}")
+            return
         x = np.random.default_rng(0).random(10**6)
         with fastmath.patch(mode="loops"):
             np.exp(x)  # the pool starts
