@@ -8,6 +8,11 @@ import pytest
 os.environ.setdefault("FASTMATH_AUTO", "fixed")
 # and what a subprocess of a test learns or calibrates never lands in the user's cache
 os.environ["XDG_CACHE_HOME"] = __import__("tempfile").mkdtemp(prefix="fastmath-tests-")
+# the run's processes (this one, its subprocesses, Dask's workers) see each other in the
+# runtime's registry of fastmath's processes, and not the machine's other fastmath jobs,
+# whose calls would take this run's splits away (tests count them)
+os.environ.setdefault("FASTMATH_REGISTRY",
+                      os.path.join(os.environ["XDG_CACHE_HOME"], "runtime-registry"))
 
 import fastmath  # noqa: E402
 from helpers import DRAWN
