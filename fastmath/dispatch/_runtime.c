@@ -741,7 +741,8 @@ static RegSlot *registry_slot(void)
     return NULL;
 }
 
-/* This process calls now (from fm_begin: a call long enough to split) */
+/* This process calls now (from split_or_whole and fm_begin: a call long enough to split,
+ * on one thread too) */
 static void registry_calls(long long now)
 {
     if (reg == NULL) {
@@ -804,20 +805,16 @@ static void collided(void)
     if (is_worker || holding) {
         return;
     }
-    long long now = real_wall_ns();
+    long long now = real_wall_ns(), span_ns = atomic_load(&shared_ns);
     long long until = atomic_load(&shared_until);
     if (now >= until) { /* a span begins */
-        long long span_ns = atomic_load(&shared_ns);
         if (atomic_compare_exchange_strong(&shared_until, &until, now + span_ns)) {
             atomic_store(&shared_callers, 0);
             atomic_fetch_add(&shared_span, 1);
         }
     }
-    else {
-        long long span_ns = atomic_load(&shared_ns);
-        if (now + span_ns - until > span_ns / 8) { /* (not every find writes its line) */
-            atomic_store(&shared_until, now + span_ns);
-        }
+    else if (now + span_ns - until > span_ns / 8) { /* (not every find writes its line) */
+        atomic_store(&shared_until, now + span_ns);
     }
     unsigned long span = atomic_load(&shared_span);
     if (counted_in != span) {
