@@ -26,6 +26,27 @@ def _clean_selection():
     fastmath.set_backend("auto")
 
 
+try:
+    from fastmath.dispatch import _runtime
+except ImportError:  # built without a C compiler: no runtime, nothing paced
+    _runtime = None
+
+
+@pytest.fixture(autouse=True)
+def _no_yield_to_the_machine():
+    """The runtime's yield to other work (every call whole for 0.3 s once a split found its
+    worker shut out while the machine outside the process kept a core busy) is off in this
+    process: what a test expects of the pacing (a call split, a pause that doubles) must
+    not turn on an earlier test's calls beside another job on the machine. The tests of
+    the yield turn it on in processes of their own (tests/dispatch/test_threads.py)."""
+    if _runtime is None:
+        yield
+        return
+    before = _runtime.set_yield(0.0)
+    yield
+    _runtime.set_yield(before)
+
+
 _THREAD_VARS = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
