@@ -3,7 +3,8 @@
 Where ``patch()`` swaps Python objects (reaching only code that looks a name up),
 ``patch(mode="loops")`` replaces the float32/float64 inner loops inside NumPy's ufuncs and
 the accelerated SciPy ufuncs, the comparisons and predicates of those floats (``x > 0``,
-``isnan``) and the logical loops of bool masks (see fastmath/integrations/_loops.c):
+``isnan``), NumPy's int64 arithmetic and comparisons, and the logical loops of bool masks
+(see fastmath/integrations/_loops.c):
 operators (``a * b``, ``x ** 2``), names bound at import, copied namespaces and
 ``__array_ufunc__`` routes (pandas, xarray) all reach it. Each long run is split over a
 native thread pool, every piece computed by the original loop, so results are NumPy's bit
@@ -49,6 +50,16 @@ _FLOATS = set("fd")
 # code, about 0.7 ns an element here, and halves on two threads.
 _BOOLEAN = {"logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and",
             "bitwise_or", "bitwise_xor", "invert"}
+# ufuncs whose int64 loops are reached too (NumPy's default integer): arithmetic and
+# comparisons on counts and indices, and the int64 sum of a scalar and a mask in every
+# scipy.stats distribution method (``(1 - cond0) + np.isnan(x)``, 17 ms of a 10^7-element
+# norm.cdf). Only loops that compute in C: power's (an error for a negative exponent) and
+# the rest, which need the Python API or are rare, stay NumPy's.
+_INT = _np.dtype(_np.int64).char
+_INTEGER = {"add", "subtract", "multiply", "maximum", "minimum", "fmax", "fmin", "absolute",
+            "negative", "square", "bitwise_and", "bitwise_or", "bitwise_xor", "invert",
+            "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+            "floor_divide", "remainder", "fmod"}
 
 _slots: list = []  # (ufunc, types, slot) installed
 _calls: list = []  # entries of the ufuncs whose calls run by rows (_loops.replace_call)
@@ -100,12 +111,15 @@ def _ufuncs():
 
 def _reached(ufunc, types) -> bool:
     """Whether the loop mode splits this loop: inputs all float32 or all float64, outputs of
-    that type or bool (comparisons, isnan, ...), or a logical ufunc's all-bool loop."""
+    that type or bool (comparisons, isnan, ...); the int64 loops of the ufuncs in _INTEGER,
+    writing int64 or bool; or a logical ufunc's all-bool loop."""
     ins, outs = types.split("->")
     if len(set(ins)) != 1:
         return False
     if ins[0] in _FLOATS:
         return set(outs) in ({ins[0]}, {"?"})
+    if ins[0] == _INT:
+        return ufunc.__name__ in _INTEGER and set(outs) in ({_INT}, {"?"})
     return ins[0] == "?" and set(outs) == {"?"} and ufunc.__name__ in _BOOLEAN
 
 
@@ -183,22 +197,22 @@ def _install(threads) -> None:
     # 17 ms plain, 16 ms split into fresh pages, 5 ms split into recycled ones)
     _alloc.tune()
     quiet = _scipy_quiet()
-    rows: dict = {}  # ufunc -> [float32 slot, float64 slot] (SciPy's: only where quiet)
+    rows: dict = {}  # ufunc -> [float32, float64, int64 slots] (SciPy's: only where quiet)
     for ufunc, index, types, cost, numpys in _targets():
         split_at, piece = _sizes(cost, quiet or numpys)
         slot = _loops.replace(ufunc, index, split_at, piece)
         _slots.append((ufunc, types, slot))
         _known[slot] = f"{ufunc.__name__} {types}"
-        if (quiet or numpys) and ufunc.nout == 1 and types[0] in _FLOATS:
+        if (quiet or numpys) and ufunc.nout == 1 and types[0] in _FLOATS | {_INT}:
             # NumPy runs the first loop of a ufunc's list that fits the operands exactly
-            pair = rows.setdefault(ufunc, [-1, -1])
-            at = "fd".index(types[0])
-            pair[at] = slot if pair[at] < 0 else pair[at]
+            three = rows.setdefault(ufunc, [-1, -1, -1])
+            at = ("f", "d", _INT).index(types[0])
+            three[at] = slot if three[at] < 0 else three[at]
     # calls NumPy would cut into rows (broadcast, strided views): run by rows (_loops.c)
     from ..dispatch._fpe import report
     probes = {}  # dtype (, its maker) -> the arrays _take_reductions compares on, made once
-    for ufunc, (single, double) in rows.items():
-        _calls.append(_loops.replace_call(ufunc, single, double, report))
+    for ufunc, (single, double, int64) in rows.items():
+        _calls.append(_loops.replace_call(ufunc, single, double, int64, report))
         if ufunc.__name__ in _REDUCING and ufunc.nin == 2:
             _take_reductions(ufunc, _calls[-1], probes, (single, double))
     # ufunc.reduce over rows (np.sum(x, axis=1), x.max(axis=-1)): row by row (_loops.c)

@@ -255,13 +255,14 @@ typedef struct {
     vectorcallfunc *where;     /* in the ufunc object */
     PyObject *name;            /* the ufunc's name, for the FP error report */
     int nin;
-    int slot[2];               /* the loop slots of float32 and of float64 (-1: none) */
-    npy_intp least;            /* the smaller of their sizes to split */
-    int out_type[2];           /* the type number those loops write */
+    int slot[3];               /* the loop slots of float32, float64 and int64 (-1: none) */
+    npy_intp least;            /* the smallest of their sizes to split */
+    int out_type[3];           /* the type number those loops write */
     /* NumPy's choice of loop for inputs of other types (ufunc.resolve_dtypes): which of
-     * the two (0, 1) or none (-1), for the type numbers of up to two inputs */
+     * the three (0, 1, 2) or none (-1), for the type numbers of up to two inputs */
     struct { int t0, t1, which; } chose[8];
     int nchose;
+    /* (the reductions below are of the float loops only: which 0 and 1) */
     /* NumPy's reduction of a row by the loop of float32 (0) and float64 (1): -1, not
      * taken; 0, the accumulator starts at `identity` and the loop runs over the row; 1, it
      * starts at the row's first element and the loop runs over the rest (set_reduce) */
@@ -293,10 +294,11 @@ typedef struct {
     npy_intp lsize;            /* the loop's input item size (a cast's output) */
 } Rows;
 
-/* Integer and bool inputs NumPy casts to the loop's float type, in its buffers of 8192
- * elements (so that each run was too short to split): here a block at a time, in the
- * thread that computes it, as C converts (NumPy's casts of these are C's conversions,
- * which raise no flag NumPy reads). Float inputs of the other float type are left to
+/* Integer and bool inputs NumPy casts to the loop's type (float32's or float64's; bool
+ * and narrower integers to int64's, as in scipy.stats' ``(1 - cond0) + np.isnan(x)``), in
+ * its buffers of 8192 elements (so that each run was too short to split): here a block at
+ * a time, in the thread that computes it, as C converts (NumPy's casts of these are C's
+ * conversions, which raise no flag NumPy reads). Float inputs of the other float type are left to
  * NumPy: a signalling NaN's cast raises invalid, which NumPy reports as the cast's. */
 #define CAST_BLOCK 512
 #define CONV(NAME, S, D, EXPR)                                                            \
@@ -316,15 +318,22 @@ typedef struct {
     CONV(u64_##D, npy_uint64, D, x[i])
 CONVS(float)
 CONVS(double)
+CONVS(npy_int64)
 
-/* The cast of a's items to float (lsize 4) or double (8), or NULL where there is none. */
-static void (*converter(PyArrayObject *a, npy_intp lsize))(const char *, char *, npy_intp)
+/* The loops a call may run by rows: float32's (which 0), float64's (1), int64's (2) */
+static const int loop_type[3] = {NPY_FLOAT, NPY_DOUBLE, NPY_INT64};
+static const npy_intp loop_size[3] = {4, 8, 8};
+
+/* The cast of a's items to the type of loop `which`, or NULL where there is none. */
+static void (*converter(PyArrayObject *a, int which))(const char *, char *, npy_intp)
 {
-    static void (*const f[2][9])(const char *, char *, npy_intp) = {
+    static void (*const f[3][9])(const char *, char *, npy_intp) = {
         {b_float, i8_float, i16_float, i32_float, i64_float, u8_float, u16_float, u32_float,
          u64_float},
         {b_double, i8_double, i16_double, i32_double, i64_double, u8_double, u16_double,
-         u32_double, u64_double}};
+         u32_double, u64_double},
+        {b_npy_int64, i8_npy_int64, i16_npy_int64, i32_npy_int64, i64_npy_int64,
+         u8_npy_int64, u16_npy_int64, u32_npy_int64, u64_npy_int64}};
     char kind = PyArray_DESCR(a)->kind;
     npy_intp size = PyArray_ITEMSIZE(a);
     int at = size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : size == 8 ? 3 : -1;
@@ -332,7 +341,7 @@ static void (*converter(PyArrayObject *a, npy_intp lsize))(const char *, char *,
         return NULL;
     }
     int k = kind == 'b' ? 0 : kind == 'i' ? 1 + at : kind == 'u' ? 5 + at : -1;
-    return k < 0 ? NULL : f[lsize == 8][k];
+    return k < 0 ? NULL : f[which][k];
 }
 
 /* m elements of a row from a (each operand's first), with the inputs that need it cast a
@@ -533,6 +542,9 @@ static int loop_for(Call *c, PyArrayObject *const *ops)
             int w = t0 == NPY_DOUBLE;
             return c->slot[w] >= 0 ? w : -1;
         }
+        if (t0 == NPY_INT64 && c->slot[2] >= 0) { /* else NumPy may cast them (np.log) */
+            return 2;
+        }
     }
     if (c->nin > 2) {
         return -1;
@@ -566,7 +578,8 @@ static int loop_for(Call *c, PyArrayObject *const *ops)
                 int tn = ok ? ((PyArray_Descr *)dt)->type_num : -1;
                 if (k == 0) {
                     lt = tn;
-                    which = lt == NPY_FLOAT ? 0 : lt == NPY_DOUBLE ? 1 : -1;
+                    which = lt == NPY_FLOAT ? 0 : lt == NPY_DOUBLE ? 1
+                            : lt == NPY_INT64 ? 2 : -1;
                     ok = which >= 0 && c->slot[which] >= 0;
                 }
                 else {
@@ -597,14 +610,14 @@ rows_call(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     PyObject *outobj = n > nin ? (PyObject *)ops[nin] : NULL;
     Slot *s = &slots[c->slot[which]];
     int nops = nin + 1, d = 0, casts = 0;
-    npy_intp lsize = which ? 8 : 4, isz[MAXARGS];
+    npy_intp lsize = loop_size[which], isz[MAXARGS];
     void (*conv[MAXARGS])(const char *, char *, npy_intp) = {NULL};
     for (int k = 0; k < n; k++) {
         if (!PyArray_ISNOTSWAPPED(ops[k]) || !PyArray_ISALIGNED(ops[k])) {
             goto numpy;
         }
-        if (k < nin && PyArray_TYPE(ops[k]) != (which ? NPY_DOUBLE : NPY_FLOAT)) {
-            conv[k] = converter(ops[k], lsize);
+        if (k < nin && PyArray_TYPE(ops[k]) != loop_type[which]) {
+            conv[k] = converter(ops[k], which);
             if (conv[k] == NULL) {
                 goto numpy;
             }
@@ -806,7 +819,10 @@ static inline __attribute__((always_inline)) npy_uintp size_or_one(PyObject *o)
 
 /* Whether a call that strided_call let through is one for rows_call to look at: exact
  * ndarrays for whose types NumPy runs one of this entry's loops (loop_for), broadcast to
- * at least that loop's size to split, out= at most (positional, or the one keyword). Read
+ * at least that loop's size to split, out= at most (positional, or the one keyword). An
+ * input may be a NumPy scalar (``np.int64(1) - mask``): NumPy picks the loop from its
+ * dtype as from a 0-d array's (NEP 50: both are strongly typed), and so does loop_for
+ * from the 0-d array made of it here; Python's numbers (weakly typed) are NumPy's. Read
  * once and handed on. Its own small frame, from which NumPy's call is a jump: rows_call's
  * frame (a job aligned to a cache line) made every call of two 3x3 arrays 3-5% slower
  * than NumPy's. */
@@ -814,8 +830,9 @@ static __attribute__((noinline)) PyObject *
 admit(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    int nin = c->nin, n = nin;
+    int nin = c->nin, n = nin, nmade = 0;
     PyArrayObject *ops[MAXARGS];
+    PyObject *made[MAXARGS]; /* the 0-d arrays made of scalar inputs */
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) {
         goto numpy;
     }
@@ -837,18 +854,34 @@ admit(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObjec
         goto numpy;
     }
     for (int k = 0; k < nin; k++) {
-        if (!PyArray_CheckExact(args[k])) {
-            goto numpy;
+        PyObject *o = args[k];
+        if (!PyArray_CheckExact(o)) {
+            if (!PyArray_IsScalar(o, Number) && !PyArray_IsScalar(o, Bool)) {
+                goto numpy;
+            }
+            o = PyArray_FromScalar(o, NULL);
+            if (o == NULL) {
+                PyErr_Clear();
+                goto numpy;
+            }
+            made[nmade++] = o;
         }
-        ops[k] = (PyArrayObject *)args[k];
+        ops[k] = (PyArrayObject *)o;
     }
     int which = loop_for(c, ops);
     if (which >= 0
             && broadcast_size(ops, n) >= atomic_load_explicit(&slots[c->slot[which]].min_split,
                                                               memory_order_relaxed)) {
-        return rows_call(c, callable, args, nargsf, kwnames, ops, n, which);
+        PyObject *r = rows_call(c, callable, args, nargsf, kwnames, ops, n, which);
+        while (nmade > 0) {
+            Py_DECREF(made[--nmade]);
+        }
+        return r;
     }
 numpy:
+    while (nmade > 0) {
+        Py_DECREF(made[--nmade]);
+    }
     return c->original(callable, args, nargsf, kwnames);
 }
 
@@ -1067,14 +1100,14 @@ static PyObject *py_whole_ns(PyObject *self, PyObject *noargs)
     return PyLong_FromLongLong(atomic_exchange(&whole_ns, 0));
 }
 
-/* replace_call(ufunc, slot_float32, slot_float64, report) -> entry: calls of ufunc that
- * NumPy would cut into rows run by rows (strided_call), with those loop slots (-1: none);
- * report(name, flags) acts on FP flags as NumPy's error state says. */
+/* replace_call(ufunc, slot_float32, slot_float64, slot_int64, report) -> entry: calls of
+ * ufunc that NumPy would cut into rows run by rows (strided_call), with those loop slots
+ * (-1: none); report(name, flags) acts on FP flags as NumPy's error state says. */
 static PyObject *py_replace_call(PyObject *self, PyObject *args)
 {
     PyObject *obj, *fn;
-    int sl[2];
-    if (!PyArg_ParseTuple(args, "OiiO", &obj, &sl[0], &sl[1], &fn)) {
+    int sl[3];
+    if (!PyArg_ParseTuple(args, "OiiiO", &obj, &sl[0], &sl[1], &sl[2], &fn)) {
         return NULL;
     }
     PyUFuncObject *uf = as_ufunc(obj);
@@ -1092,8 +1125,8 @@ static PyObject *py_replace_call(PyObject *self, PyObject *args)
                         "output and up to three inputs, called by vectorcall");
         return NULL;
     }
-    int out_type[2] = {-1, -1};
-    for (int w = 0; w < 2; w++) {
+    int out_type[3] = {-1, -1, -1};
+    for (int w = 0; w < 3; w++) {
         if (sl[w] < 0) {
             continue;
         }
@@ -1104,14 +1137,14 @@ static PyObject *py_replace_call(PyObject *self, PyObject *args)
         npy_intp index = slots[sl[w]].where - uf->functions;
         out_type[w] = uf->types[index * uf->nargs + uf->nin];
         for (int k = 0; k < uf->nin; k++) {
-            if (uf->types[index * uf->nargs + k] != (w ? NPY_DOUBLE : NPY_FLOAT)) {
-                PyErr_SetString(PyExc_ValueError, "that slot's loop is not of that float type");
+            if (uf->types[index * uf->nargs + k] != loop_type[w]) {
+                PyErr_SetString(PyExc_ValueError, "that slot's loop is not of that type");
                 return NULL;
             }
         }
-        if (out_type[w] != (w ? NPY_DOUBLE : NPY_FLOAT) && out_type[w] != NPY_BOOL) {
-            PyErr_SetString(PyExc_ValueError, "that slot's loop writes neither its float "
-                            "type nor bool");
+        if (out_type[w] != loop_type[w] && out_type[w] != NPY_BOOL) {
+            PyErr_SetString(PyExc_ValueError, "that slot's loop writes neither its type "
+                            "nor bool");
             return NULL;
         }
     }
@@ -1147,7 +1180,7 @@ static PyObject *py_replace_call(PyObject *self, PyObject *args)
     c->reduce_way[0] = c->reduce_way[1] = -1; /* until set_reduce says */
     c->cols_how[0] = c->cols_how[1] = -1;     /* until set_reduce_cols says */
     c->full_how[0] = c->full_how[1] = -1;     /* until set_reduce_full says */
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 3; w++) {
         c->slot[w] = sl[w];
         c->out_type[w] = out_type[w];
         if (sl[w] >= 0 && atomic_load(&slots[sl[w]].min_split) < c->least) {
@@ -2184,8 +2217,8 @@ static PyMethodDef methods[] = {
      "pace(slot, n) -> {left, skip, since, kept, one_thread}: the back-off record of runs of\n"
      "about n elements (one_thread: seconds a whole run of n takes lately, or None)"},
     {"replace_call", py_replace_call, METH_VARARGS,
-     "replace_call(ufunc, slot_float32, slot_float64, report) -> entry: calls that NumPy\n"
-     "would cut into rows (broadcast, strided) run by rows over the pool"},
+     "replace_call(ufunc, slot_float32, slot_float64, slot_int64, report) -> entry: calls\n"
+     "that NumPy would cut into rows (broadcast, strided) run by rows over the pool"},
     {"restore_call", py_restore_call, METH_VARARGS,
      "restore_call(entry) -> bool: put NumPy's call back"},
     {"set_enabled", py_set_enabled, METH_VARARGS, "set_enabled(bool) -> previous"},

@@ -745,6 +745,15 @@ def test_large_outputs_numpy_allocates_under_the_loops_reuse_mapped_memory():
 MASK_LOOPS = sorted(f"{u.__name__} {t}" for u, _, t, _, _ in _loopmode._targets() if "?" in t)
 
 
+def _ints(n):
+    """int64s: small ones (ties, zeros, -1) with the extremes every 89th."""
+    x = RNG.integers(-6, 7, n)
+    info = numpy.iinfo(numpy.int64)
+    x[::89] = numpy.array([info.min, info.max, -1, 0, info.min + 1])[
+        numpy.arange(x[::89].size) % 5]
+    return x
+
+
 def _mask_operands(types, n, shift):
     """Inputs for the loop ``types``: floats with NaN, infinities, signed zeros and ties, or
     random bools; ``shift`` makes the second input a copy of the first shifted (ties)."""
@@ -753,9 +762,12 @@ def _mask_operands(types, n, shift):
         if c == "?":
             out.append(RNG.random(n) < 0.5)
             continue
-        x = (RNG.standard_normal(n) * 3).astype(c)
-        x[::89] = numpy.array([numpy.nan, numpy.inf, -numpy.inf, 0.0, -0.0, 1e-40, 1.5])[
-            numpy.arange(x[::89].size) % 7]
+        if c == _loopmode._INT:  # small integers (ties) and the extremes
+            x = _ints(n)
+        else:
+            x = (RNG.standard_normal(n) * 3).astype(c)
+            x[::89] = numpy.array([numpy.nan, numpy.inf, -numpy.inf, 0.0, -0.0, 1e-40, 1.5])[
+                numpy.arange(x[::89].size) % 7]
         if out and shift:
             x[::3] = numpy.roll(out[0], shift)[::3]  # equal pairs, NaN against NaN included
         out.append(x)
@@ -809,6 +821,52 @@ def test_bool_output_loops_are_restored_on_removal():
     _ = masks[0] & masks[1]
     after = [_split_calls(k) for k in ("greater dd->?", "isnan d->?", "bitwise_and ??->?")]
     assert after == before  # NumPy's own loops again: nothing reaches the pool
+
+
+# NumPy's int64 loops the loop mode reaches: arithmetic and comparisons (_loopmode._INTEGER)
+INT_LOOPS = sorted(f"{u.__name__} {t}" for u, _, t, _, _ in _loopmode._targets()
+                   if t[0] == _loopmode._INT)
+
+
+def _outcome(ufunc, args):
+    """The call's result (dtype, shape, bytes) and the FP warnings it raised, every
+    category set to warn (integer division by zero and the minimum over -1 raise flags)."""
+    with warnings.catch_warnings(record=True) as seen, numpy.errstate(all="warn"):
+        warnings.simplefilter("always")
+        r = numpy.asarray(ufunc(*args))
+    return r.dtype, r.shape, r.tobytes(), sorted(str(w.message) for w in seen)
+
+
+@pytest.mark.parametrize("key", INT_LOOPS)
+def test_int64_loops_bitwise_numpys_with_numpys_warnings(key):
+    name, types = key.split()
+    ufunc = getattr(numpy, name)
+    n = 1_000_003  # several pieces, the last one short
+    assert n > _loopmode._sizes(_loopmode._CHEAP_COST, True)[0]
+    full = [_ints(2 * n + 1) for _ in range(ufunc.nin)]
+    cases = {"contiguous": [a[:n] for a in full],
+             "strided": [a[::2] for a in full],
+             "reversed": [a[n - 1::-1] for a in full],
+             "a NumPy scalar second": [full[0][:n]] + [numpy.int64(-3)] * (ufunc.nin - 1)}
+    for case, args in cases.items():
+        before = _split_calls(key)
+        plain, patched = _both(lambda: _outcome(ufunc, args))
+        assert patched == plain, case
+        assert _split_calls(key) > before, case
+    assert INT_LOOPS and all(k.split()[0] in _loopmode._INTEGER for k in INT_LOOPS)
+
+
+def test_int64_reductions_and_loops_not_taken_stay_numpys():
+    x, small = _ints(3 * N), RNG.integers(0, 5, N)
+    cases = [lambda: numpy.add.reduce(x), lambda: x.sum(), lambda: numpy.cumsum(x),
+             lambda: x.max(), lambda: numpy.multiply.accumulate(x[:1000]),
+             lambda: numpy.power(small, 3), lambda: numpy.left_shift(small, 2),
+             lambda: numpy.add(x.astype("int32"), x.astype("int32"))]
+    for fn in cases:
+        with numpy.errstate(all="ignore"):
+            plain, patched = _both(fn)
+        _bitwise(plain, patched)
+    assert "power ll->l" not in _loopmode.counts()
 
 
 @pytest.fixture

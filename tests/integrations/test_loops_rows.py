@@ -309,6 +309,19 @@ CASTS = {
     "power of int64 and a float64 view": lambda: (
         numpy.power, RNG.integers(0, 9, (ROWS, COLS)),
         _data((ROWS, 2 * COLS), "float64")[:, 3:3 + COLS]),
+    # to NumPy's int64 loops: a NumPy scalar and a mask, as every scipy.stats method sums
+    # them (``(1 - cond0) + np.isnan(x)``), and narrower integers
+    "int64 scalar + bool mask": lambda: (numpy.add, numpy.int64(1), RNG.random(N) > 0.5),
+    "bool mask * int64 scalar": lambda: (numpy.multiply, RNG.random(N) > 0.5,
+                                         numpy.int64(-7)),
+    "2-d int64 - int32 row": lambda: (
+        numpy.subtract, RNG.integers(-2**62, 2**62, (ROWS, COLS)),
+        RNG.integers(-2**31, 2**31 - 1, COLS, dtype="int32")),
+    "uint8 >= int64": lambda: (numpy.greater_equal, RNG.integers(0, 255, N, dtype="uint8"),
+                               RNG.integers(-5, 300, N)),
+    "int16 // int64 with zeros": lambda: (numpy.floor_divide,
+                                          RNG.integers(-300, 300, N, dtype="int16"),
+                                          RNG.integers(-3, 3, N)),
 }
 
 
@@ -335,7 +348,11 @@ def test_casts_the_row_path_leaves_to_numpy_stay_numpys():
     def cases():
         return [numpy.add(f32, f64),  # a float cast (a signalling NaN's is the cast's)
                 numpy.exp(i8),  # NumPy's float16 loop
-                numpy.add(ints, ints),  # an integer loop
+                numpy.add(i8, i8),  # an int8 loop
+                numpy.add(5, i8 > 0),  # a Python int (weakly typed: NumPy's int64 loop)
+                numpy.power(ints, numpy.int64(2)),  # int64 power: an error is possible
+                numpy.add(numpy.float64(0.5), f32.reshape(-1, 64)),  # a float cast
+                numpy.add(numpy.float32(0.5), ints),  # NumPy's float64 loop of a cast
                 numpy.sqrt(f32.astype(">f4")),  # byte-swapped
                 numpy.log(ints, dtype="float32"),  # a loop chosen by dtype=
                 numpy.logical_and(ints, i8)]
