@@ -817,15 +817,29 @@ static inline __attribute__((always_inline)) npy_uintp size_or_one(PyObject *o)
     return n;
 }
 
+/* A NumPy scalar of a type whose loops run here or cast to them (bool, the integers,
+ * float32, float64), of that type exactly: a subclass's may override the call
+ * (__array_ufunc__), which NumPy then hands it. */
+static int plain_scalar(PyObject *o)
+{
+    PyTypeObject *t = Py_TYPE(o);
+    return t == &PyDoubleArrType_Type || t == &PyLongArrType_Type || t == &PyBoolArrType_Type
+           || t == &PyFloatArrType_Type || t == &PyLongLongArrType_Type
+           || t == &PyIntArrType_Type || t == &PyShortArrType_Type || t == &PyByteArrType_Type
+           || t == &PyULongArrType_Type || t == &PyULongLongArrType_Type
+           || t == &PyUIntArrType_Type || t == &PyUShortArrType_Type
+           || t == &PyUByteArrType_Type;
+}
+
 /* Whether a call that strided_call let through is one for rows_call to look at: exact
  * ndarrays for whose types NumPy runs one of this entry's loops (loop_for), broadcast to
  * at least that loop's size to split, out= at most (positional, or the one keyword). An
- * input may be a NumPy scalar (``np.int64(1) - mask``): NumPy picks the loop from its
- * dtype as from a 0-d array's (NEP 50: both are strongly typed), and so does loop_for
- * from the 0-d array made of it here; Python's numbers (weakly typed) are NumPy's. Read
- * once and handed on. Its own small frame, from which NumPy's call is a jump: rows_call's
- * frame (a job aligned to a cache line) made every call of two 3x3 arrays 3-5% slower
- * than NumPy's. */
+ * input may be a NumPy scalar (``np.int64(1) - mask``; plain_scalar): NumPy picks the loop
+ * from its dtype as from a 0-d array's (NEP 50: both are strongly typed), and so does
+ * loop_for from the 0-d array made of it here; Python's numbers (weakly typed) are
+ * NumPy's. Read once and handed on. Its own small frame, from which NumPy's call is a
+ * jump: rows_call's frame (a job aligned to a cache line) made every call of two 3x3
+ * arrays 3-5% slower than NumPy's. */
 static __attribute__((noinline)) PyObject *
 admit(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -856,7 +870,7 @@ admit(Call *c, PyObject *callable, PyObject *const *args, size_t nargsf, PyObjec
     for (int k = 0; k < nin; k++) {
         PyObject *o = args[k];
         if (!PyArray_CheckExact(o)) {
-            if (!PyArray_IsScalar(o, Number) && !PyArray_IsScalar(o, Bool)) {
+            if (!plain_scalar(o)) {
                 goto numpy;
             }
             o = PyArray_FromScalar(o, NULL);

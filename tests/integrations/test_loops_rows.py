@@ -362,6 +362,18 @@ def test_casts_the_row_path_leaves_to_numpy_stay_numpys():
         _same(p, q)
 
 
+def test_a_numpy_scalars_subclass_keeps_its_own_ufunc_override():
+    class Mine(numpy.int64):
+        def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+            return "its own"
+
+    mask = RNG.random(N) > 0.5
+    with fastmath.patch(mode="loops"):
+        assert numpy.add(Mine(1), mask) == "its own"
+        assert Mine(1) - mask == "its own"
+        assert numpy.array_equal(numpy.int64(1) - mask, 1 - mask.astype("int64"))
+
+
 def test_fp_errors_of_a_cast_call_are_numpys_reports():
     ints = numpy.ones(N, "int64")
     ints[-5] = 0  # log(0): divide by zero, in a piece a pool thread runs
