@@ -19,11 +19,12 @@ leaves BLAS's woken thread decides it): judge by 20 rounds or more. Report the l
 average.
 
 python bench/busy_workloads.py [--only Gaussian Logit softmax] [--rounds 20] [--idle]
-python bench/busy_workloads.py --paired [--rounds 20] [--idle]
+python bench/busy_workloads.py --paired [--only ...] [--rounds 20] [--idle]
 
 ``--paired`` times the softmax step by step instead, each mode's step beside a step of
-its reference (see ``paired``): finer than whole runs, whose time moves by tens of percent
-with a core busy.
+its reference (see ``paired``), and the library workloads run by run, each run of the
+function patch or the loop mode beside a plain run (``paired_runs``): finer than the
+rounds of all modes, whose times move by tens of percent with a core busy.
 
 ``softmax`` is a batched matrix product and a softmax over its rows (16 x 256 x 256), 120
 steps a run (the median time of its matrix products is printed too); the others are
@@ -199,6 +200,35 @@ def paired(rounds: int, steps: int = 20) -> None:
               f"{statistics.median(ref_steps) * 1e3:.2f} ms", flush=True)
 
 
+def paired_runs(chosen: dict, rounds: int) -> None:
+    """Each library workload run by run: a run under the function patch, or under the loop
+    mode, beside a plain run, alternating (the order flipping each pair), ``rounds`` pairs
+    of each. Printed: the median and quartiles of the pairs' ratios (plain's time over the
+    mode's) and the median run of each side. A pair's two runs see the same machine; the
+    rounds of all six modes (main) are spread over seconds, in which the machine's other
+    load moves."""
+    for name, (setup, fn) in chosen.items():
+        if getattr(fn, "takes_namespace", False):  # the softmax: paired() steps it
+            continue
+        state = setup()
+        print(f"\n{name}, run by run ({rounds} pairs of each): plain / mode")
+        for mode in ("patch", "loops"):
+            for _ in range(2):  # warm
+                timed("plain", fn, state), timed(mode, fn, state)
+            plain, ours = [], []
+            for r in range(rounds):
+                if r % 2:
+                    plain.append(timed("plain", fn, state))
+                    ours.append(timed(mode, fn, state))
+                else:
+                    ours.append(timed(mode, fn, state))
+                    plain.append(timed("plain", fn, state))
+            lo, mid, hi = statistics.quantiles([a / b for a, b in zip(plain, ours)], n=4)
+            print(f"  {mode:6s} pairs of runs {mid:.3f}x (quartiles {lo:.3f}-{hi:.3f}); a run "
+                  f"{statistics.median(ours) * 1e3:.0f} ms, plain's "
+                  f"{statistics.median(plain) * 1e3:.0f} ms", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", default=["Gaussian", "Logit", "softmax"],
@@ -207,7 +237,8 @@ def main():
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--idle", action="store_true", help="no competing process")
     p.add_argument("--paired", action="store_true",
-                   help="the softmax step by step, each mode beside its reference (paired())")
+                   help="the softmax step by step, each mode beside its reference (paired()), "
+                        "and the library workloads run by run beside plain (paired_runs())")
     args = p.parse_args()
     if not os.path.isdir("/proc/self/task"):
         sys.exit("busy_workloads.py reads /proc: Linux only")
@@ -225,7 +256,9 @@ def main():
         print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores, one core "
               f"{'idle' if args.idle else 'busy'}, {args.rounds} interleaved rounds")
         if args.paired:
-            paired(args.rounds)
+            if any(getattr(fn, "takes_namespace", False) for _, fn in chosen.values()):
+                paired(args.rounds)
+            paired_runs(chosen, args.rounds)
             print(f"\nload average {os.getloadavg()[0]:.2f}")
             return
         x = np.random.default_rng(0).random(10**6)
