@@ -609,6 +609,7 @@ __attribute__((visibility("default"))) void fastmath_runtime_set_num_threads(int
 #define REG_MAGIC 0x31306d7274736166ULL /* "fastrm01" */
 #define REG_ACTIVE_NS 10000000LL /* a process is calling until this long after a call */
 #define REG_LOOK_NS 1000000LL
+#define REG_RETRY_NS 1000000000LL /* a process that found every slot taken looks again */
 typedef struct {
     _Alignas(64) atomic_int pid;
     atomic_llong active_until; /* CLOCK_MONOTONIC ns, the same for every process */
@@ -623,7 +624,7 @@ static char reg_path[4096] = "";
 static char reg_why[4400] = "not opened";
 static int reg_warn = 0; /* registry_open() found something to warn of */
 static RegSlot *_Atomic reg_mine = NULL;
-static atomic_int reg_full = 0; /* no slot was free */
+static atomic_llong reg_full = 0; /* when no slot was free (0: none since) */
 static atomic_ullong reg_cpus = 0;
 static atomic_llong reg_published = 0, reg_looked = LLONG_MIN / 2;
 static atomic_int reg_others = 0;
@@ -712,12 +713,18 @@ static int registry_open(void)
     return 1;
 }
 
-/* This process's slot, claimed at its first call: a free one, or a dead process's */
-static RegSlot *registry_slot(void)
+/* This process's slot, claimed at its first call: a free one, or a dead process's; where
+ * every slot was a live process's, again each REG_RETRY_NS while it calls (one of them
+ * may have ended since) */
+static RegSlot *registry_slot(long long now)
 {
     RegSlot *mine = atomic_load_explicit(&reg_mine, memory_order_acquire);
-    if (mine != NULL || reg == NULL || atomic_load_explicit(&reg_full, memory_order_relaxed)) {
+    if (mine != NULL || reg == NULL) {
         return mine;
+    }
+    long long full = atomic_load_explicit(&reg_full, memory_order_relaxed);
+    if (full != 0 && now - full < REG_RETRY_NS) {
+        return NULL;
     }
     int me = getpid();
     for (int i = 0; i < REG_SLOTS; i++) {
@@ -737,7 +744,7 @@ static RegSlot *registry_slot(void)
             return s;
         }
     }
-    atomic_store(&reg_full, 1);
+    atomic_store(&reg_full, now);
     return NULL;
 }
 
@@ -753,7 +760,7 @@ static void registry_calls(long long now)
             < REG_ACTIVE_NS / 8) {
         return;
     }
-    RegSlot *s = registry_slot();
+    RegSlot *s = registry_slot(now);
     if (s != NULL) {
         atomic_store_explicit(&s->cpus, atomic_load_explicit(&reg_cpus, memory_order_relaxed),
                               memory_order_relaxed);

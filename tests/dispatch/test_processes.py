@@ -175,3 +175,31 @@ def test_a_process_counts_the_calling_processes_that_share_its_cpus_only(tmp_pat
         stop.touch()
         busy.communicate(timeout=120)
     assert elsewhere.stdout.split() == ["0"]
+
+
+def test_a_process_that_found_every_slot_taken_takes_one_freed_later(tmp_path):
+    """Every slot a live process's (pid 1's, written into the file here): a process calling
+    finds none, and runs as before; when one is freed, it takes that one while it calls
+    (it looks again each second), so the others see it again."""
+    registry = tmp_path / "registry"
+    page = bytearray(4096)  # the layout of dispatch/_runtime.c's Registry, REG_VERSION 1
+    page[0:8] = (0x31306D7274736166).to_bytes(8, "little")  # REG_MAGIC
+    for i in range(63):
+        page[64 + 64 * i:68 + 64 * i] = (1).to_bytes(4, "little")
+    fd = os.open(registry, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.write(fd, bytes(page))
+    os.close(fd)
+    r = _run(f"""
+        import mmap
+        calls(3)
+        full = R.registry()["slot"]
+        with open({str(registry)!r}, "r+b") as f:
+            m = mmap.mmap(f.fileno(), 4096)
+            m[64 + 64 * 7:68 + 64 * 7] = bytes(4)  # slot 7's process ended
+            end = time.monotonic() + 10
+            while R.registry()["slot"] is None and time.monotonic() < end:
+                calls(1)
+                time.sleep(0.05)
+        print(full, R.registry()["slot"])
+    """, _env(registry))
+    assert r.stdout.split() == ["None", "7"]
