@@ -407,7 +407,8 @@ class patch(contextlib.ContextDecorator):
     did ``from numpy import exp`` before keeps NumPy's function.
 
     With ``mode="loops"`` it replaces, instead, the float32/float64 inner loops inside
-    NumPy's ufuncs and the accelerated SciPy ufuncs with loops that run NumPy's own loop
+    NumPy's ufuncs and the accelerated SciPy ufuncs (and NumPy's int64 arithmetic and
+    comparisons, and the logical loops of bool masks) with loops that run NumPy's own loop
     on every core for long arrays. Every caller reaches them (operators, names bound at
     import, pandas and xarray objects), results stay NumPy's bit for bit, and exit puts
     the original loops back. It needs the compiled extension ``fastmath.integrations._loops``;
