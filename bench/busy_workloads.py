@@ -125,6 +125,16 @@ def timed(mode, fn, state):
             _runtime.set_yield(seconds)
 
 
+def beside(reference, mode, reference_first: bool) -> tuple:
+    """(reference's time, mode's time): the two run one right after the other, in the
+    order given (pairs flip it each time, so neither side always runs first)."""
+    if reference_first:
+        ta = reference()
+        return ta, mode()
+    tb = mode()
+    return reference(), tb
+
+
 def paired(rounds: int, steps: int = 20) -> None:
     """The softmax workload step by step, each step of a mode beside a step of its
     reference, alternating (the order flipping each step): a whole run's time moves by
@@ -176,12 +186,7 @@ def paired(rounds: int, steps: int = 20) -> None:
             for r in range(rounds):
                 a = b = 0.0
                 for i in range(steps):
-                    if (i + r) % 2:
-                        ta = reference()
-                        tb = mode()
-                    else:
-                        tb = mode()
-                        ta = reference()
+                    ta, tb = beside(reference, mode, (i + r) % 2 == 1)
                     a, b = a + ta, b + tb
                     ref_steps.append(ta)
                     mode_steps.append(tb)
@@ -217,12 +222,10 @@ def paired_runs(chosen: dict, rounds: int) -> None:
                 timed("plain", fn, state), timed(mode, fn, state)
             plain, ours = [], []
             for r in range(rounds):
-                if r % 2:
-                    plain.append(timed("plain", fn, state))
-                    ours.append(timed(mode, fn, state))
-                else:
-                    ours.append(timed(mode, fn, state))
-                    plain.append(timed("plain", fn, state))
+                ta, tb = beside(lambda: timed("plain", fn, state),
+                                lambda: timed(mode, fn, state), r % 2 == 1)
+                plain.append(ta)
+                ours.append(tb)
             lo, mid, hi = statistics.quantiles([a / b for a, b in zip(plain, ours)], n=4)
             print(f"  {mode:6s} pairs of runs {mid:.3f}x (quartiles {lo:.3f}-{hi:.3f}); a run "
                   f"{statistics.median(ours) * 1e3:.0f} ms, plain's "
